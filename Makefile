@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: MIT
+# Convenience entry points: install dependencies, build, test, run the demo and the benchmarks.
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+CMAKE ?= cmake
+CTEST ?= ctest
+
+.PHONY: all deps configure build demo test bench clean
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+configure: deps
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: configure
+	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS)
+
+demo: configure
+	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS) --target fitlib-demo
+	./$(BUILD_DIR)/examples/fitlib-demo
+
+test: build
+	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
+
+bench: deps
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DFITLIB_BUILD_BENCHMARKS=ON
+	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS) --target fitlib_benchmarks
+	mkdir -p $(BUILD_DIR)/bench
+	@set -e; for exe in $(BUILD_DIR)/benchmarks/bench_*; do \
+	  [ -f "$$exe" ] && [ -x "$$exe" ] || continue; \
+	  name=$$(basename "$$exe"); \
+	  echo "== $$name"; \
+	  "$$exe" --benchmark_out=$(BUILD_DIR)/bench/$$name.json --benchmark_out_format=json; \
+	done
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,28 @@
+# SPDX-License-Identifier: MIT
+# Warning and tuning flags for fitlib's own targets (tests, benchmarks, examples), never for consumers.
+include_guard(GLOBAL)
+
+# Warnings are errors in fitlib's code; dependencies (Eigen, Catch2, benchmark) arrive as
+# imported targets, so their headers are -isystem and do not count.
+function(fitlib_target_warnings target)
+  if(MSVC)
+    target_compile_options(${target} PRIVATE /W4 /WX /permissive-)
+  else()
+    target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Werror)
+    # GCC < 13 reports its own AVX-512 intrinsics (_mm256_undefined_pd's self-initialisation,
+    # GCC bug 105593) as maybe-uninitialized wherever Eigen inlines them: a false positive.
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+    endif()
+  endif()
+  if(FITLIB_NATIVE AND NOT MSVC)
+    target_compile_options(${target} PRIVATE -march=native)
+  endif()
+endfunction()
+
+# nvcc: the EDG front end's warnings and the host compiler's both become errors.
+# --expt-relaxed-constexpr lets Eigen's constexpr host functions be called from device code.
+function(fitlib_target_cuda_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
+endfunction()

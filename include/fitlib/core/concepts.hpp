@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+// The objective concept: what a minimizer or replica batch needs from a function to minimize.
+#pragma once
+
+#include <concepts>
+#include <span>
+#include <utility>
+
+#include "fitlib/core/types.hpp"
+
+namespace fitlib {
+
+/// A scalar function of `size()` parameters, evaluated for a block of N parameter columns at once
+/// (N = 1 is a plain fit). `value` writes f per column; `value_grad` also the gradient columns;
+/// `hessp` the Hessian-vector products H(x_j)·v_j (or H(x)·v_k for every k when x has one column).
+/// `Likelihood<Shard>` models it; so can any user type (a hand-written model, a network).
+template <class F>
+concept objective = requires(F& f, const F& cf, ConstBlockView<double> x, ConstBlockView<double> v,
+                             std::span<double> values, BlockView<double> out) {
+  { cf.size() } -> std::convertible_to<index_t>;
+  f.value(x, values);
+  f.value_grad(x, values, out);
+  f.hessp(x, v, out);
+};
+
+/// An objective that also offers its dense Hessian per column (`hess` is `[n × n·N]`).
+template <class F>
+concept objective_with_hessian = objective<F> && requires(F& f, ConstBlockView<double> x, std::span<double> values,
+                                                          BlockView<double> grad, BlockView<double> hess) {
+  f.hessian(x, values, grad, hess);
+};
+
+}  // namespace fitlib

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: MIT
+// Per-cell yield functions and the per-bin Poisson term, with the derivatives the passes need.
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "fitlib/config.hpp"
+#include "fitlib/model/model.hpp"
+
+namespace fitlib::detail {
+
+/// The signal strength μ = r(x) of a POI and its first two derivatives: x² (rabbit's default)
+/// or x (allow_negative_poi). A process without a POI has r = 1.
+struct Strength {
+  double r = 1, dr = 0, d2r = 0;
+};
+
+FITLIB_HOST_DEVICE inline Strength poi_strength(double x, bool linear) {
+  return linear ? Strength{x, 1.0, 0.0} : Strength{x * x, 2.0 * x, 2.0};
+}
+
+/// A cell's expected yield ν(μ, L) as a function of its process's signal strength parameter and
+/// its log-variation (or additive shift) L, with the derivatives used by every pass
+/// (rabbit-likelihood-and-format.md §2.4, §3.7). Subscripts: μ = the POI parameter x, L = L.
+struct CellYield {
+  double nu = 0;      ///< ν
+  double d_mu = 0;    ///< ∂ν/∂x
+  double d_L = 0;     ///< ∂ν/∂L
+  double d_LL = 0;    ///< ∂²ν/∂L²
+  double d_muL = 0;   ///< ∂²ν/∂x∂L
+  double d_mumu = 0;  ///< ∂²ν/∂x²
+};
+
+/// log-normal: ν = r·N·e^L; normal: ν = r·N + r⁰·L, with r⁰ the strength at the default point.
+FITLIB_HOST_DEVICE inline CellYield cell_yield(SystematicType type, double nominal, double L, Strength s, double r0) {
+  if (type == SystematicType::log_normal) {
+    const double m = nominal * std::exp(L);
+    const double nu = s.r * m;
+    return {nu, s.dr * m, nu, nu, s.dr * m, s.d2r * m};
+  }
+  return {s.r * nominal + r0 * L, s.dr * nominal, r0, 0.0, 0.0, s.d2r * nominal};
+}
+
+/// One bin's reduced Poisson term ν − n − n(ln ν − ln n), zero at ν = n (the saturated offset,
+/// §3.1); for n = 0 the log term is dropped. A non-positive ν with n > 0 gives +∞.
+struct PoissonTerm {
+  double nll;  ///< the term
+  double w;    ///< ∂/∂ν = 1 − n/ν
+  double d2;   ///< ∂²/∂ν² = n/ν²
+};
+
+FITLIB_HOST_DEVICE inline PoissonTerm poisson_term(double nu, double n, double log_n) {
+  if (n == 0) return {nu, 1.0, 0.0};
+  if (!(nu > 0)) return {std::numeric_limits<double>::infinity(), 1.0 - n / nu, n / (nu * nu)};
+  return {nu - n - n * (std::log(nu) - log_n), 1.0 - n / nu, n / (nu * nu)};
+}
+
+}  // namespace fitlib::detail

@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: MIT
+// Likelihood<Shard>: the shards' data-term partials reduced in shard order, plus the global terms.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fitlib/core/concepts.hpp"
+#include "fitlib/core/error.hpp"
+#include "fitlib/core/types.hpp"
+#include "fitlib/device/partition.hpp"
+#include "fitlib/likelihood/cell.hpp"
+#include "fitlib/likelihood/options.hpp"
+#include "fitlib/likelihood/shard.hpp"
+#include "fitlib/model/model.hpp"
+
+namespace fitlib {
+
+/// The reduced negative log-likelihood of a binned model (rabbit-likelihood-and-format.md §3):
+/// the Poisson data term with the saturated offset, summed over the shards in shard-index order
+/// (so the result never depends on which shard finished first), plus the Gaussian constraints
+/// ½·w_s·(θ_s − θ₀_s)². Models `objective_with_hessian`.
+template <class ShardT>
+class Likelihood {
+ public:
+  using shard_type = ShardT;
+  using policy_type = typename ShardT::policy_type;
+
+  explicit Likelihood(std::shared_ptr<const Model> model, policy_type policy = {}, LikelihoodOptions opts = {})
+      : model_(std::move(model)), opts_(opts) {
+    opts_.validate();
+    if (!model_) throw usage_error("Likelihood needs a model, got a null pointer");
+    model_->validate();
+    nparams_ = model_->nparams();
+    npoi_ = model_->npoi();
+    names_ = model_->parameter_names();
+    const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
+    for (const BinRange& r : partition_bins(*model_, k)) shards_.emplace_back(model_, r, policy, opts_);
+    partial_.resize(shards_.size());
+  }
+  explicit Likelihood(Model model, policy_type policy = {}, LikelihoodOptions opts = {})
+      : Likelihood(std::make_shared<const Model>(std::move(model)), policy, opts) {}
+
+  /// Number of parameters: `[POIs | θ]`.
+  index_t size() const { return nparams_; }
+  const std::vector<std::string>& parameter_names() const { return names_; }
+  const Model& model() const { return *model_; }
+  const LikelihoodOptions& options() const { return opts_; }
+  index_t nshards() const { return static_cast<index_t>(shards_.size()); }
+
+  /// Index of a parameter by name; throws `usage_error` naming it if unknown.
+  index_t parameter_index(const std::string& name) const {
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      if (names_[i] == name) return static_cast<index_t>(i);
+    throw usage_error("unknown parameter '" + name + "'; the model's parameters are its signal processes and systematics");
+  }
+
+  /// The default (prefit) point: POIs at their default strength (√μ unless allow_negative_poi), θ = θ₀.
+  std::vector<double> default_parameters() const {
+    std::vector<double> x;
+    for (double mu : model_->poi_default) {
+      if (!opts_.allow_negative_poi && mu < 0)
+        throw usage_error("default signal strength " + std::to_string(mu) + " is negative; set allow_negative_poi");
+      x.push_back(opts_.allow_negative_poi ? mu : std::sqrt(mu));
+    }
+    x.insert(x.end(), model_->theta0.begin(), model_->theta0.end());
+    return x;
+  }
+
+  /// Replaces the observed counts of the unmasked bins (`[nbins]`).
+  void set_data(std::span<const double> counts) {
+    if (static_cast<index_t>(counts.size()) != model_->nbins())
+      throw usage_error("set_data needs " + std::to_string(model_->nbins()) + " counts (one per unmasked bin), got " +
+                        std::to_string(counts.size()));
+    for (std::size_t i = 0; i < counts.size(); ++i)
+      if (!std::isfinite(counts[i]) || counts[i] < 0)
+        throw usage_error("observed count in " + model_->describe_bin(static_cast<index_t>(i)) + " is " +
+                          std::to_string(counts[i]) + "; counts must be finite and non-negative");
+    for (auto& s : shards_) {
+      const BinRange r = s.bins();
+      const index_t b1 = std::min(r.end, model_->nbins());
+      s.set_data(counts.subspan(static_cast<std::size_t>(std::min(r.begin, b1)), static_cast<std::size_t>(b1 - std::min(r.begin, b1))));
+    }
+  }
+
+  // ---- the objective concept -------------------------------------------------------------
+
+  void value(ConstBlockView<double> x, std::span<double> f) { evaluate(x, {}, f, {}, {}); }
+
+  void value_grad(ConstBlockView<double> x, std::span<double> f, BlockView<double> g) { evaluate(x, {}, f, g, {}); }
+
+  /// H(x_j)·v_j per column, or H(x)·v_k for every k when x has one column.
+  void hessp(ConstBlockView<double> x, ConstBlockView<double> v, BlockView<double> hv) { evaluate(x, v, {}, {}, hv); }
+
+  /// Value, gradient and Hessian-vector products from one pass over the templates.
+  void value_grad_hessp(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f, BlockView<double> g,
+                        BlockView<double> hv) {
+    evaluate(x, v, f, g, hv);
+  }
+
+  /// Value, gradient and dense Hessian per column; `hess` is `[n × n·N]`, column j's Hessian in
+  /// columns `[j·n, (j+1)·n)`.
+  void hessian(ConstBlockView<double> x, std::span<double> f, BlockView<double> g, BlockView<double> hess) {
+    const index_t n = nparams_, nx = x.cols;
+    require(hess.rows == n && hess.cols == n * nx, "hessian output", n, n * nx, hess);
+    evaluate(x, {}, f, g, {});
+    for (index_t j = 0; j < nx; ++j) {
+      BlockView<double> hj = hess.block_cols(j * n, n);
+      for (std::size_t k = 0; k < shards_.size(); ++k) {
+        auto& buf = partial_[k].hess;
+        buf.resize(static_cast<std::size_t>(n * n));
+        shards_[k].hessian(x, j, k == 0 ? hj : BlockView<double>(buf.data(), n, n));
+        if (k > 0) add(hj, ConstBlockView<double>(buf.data(), n, n));
+      }
+      for (index_t s = 0; s < model_->nsyst(); ++s) hj(npoi_ + s, npoi_ + s) += model_->constraint_weights[static_cast<std::size_t>(s)];
+    }
+  }
+
+  // ---- conveniences for one parameter vector ---------------------------------------------
+
+  double value(std::span<const double> x) {
+    double f;
+    value(column(x), std::span(&f, 1));
+    return f;
+  }
+  double value_grad(std::span<const double> x, std::span<double> g) {
+    double f;
+    value_grad(column(x), std::span(&f, 1), BlockView<double>(g.data(), static_cast<index_t>(g.size()), 1));
+    return f;
+  }
+
+  /// Expected yields ν[b, p] of every bin (masked channels included), `[nbins_full × nprocs]` row-major.
+  std::vector<double> yields(std::span<const double> x) {
+    const auto xv = column(x);
+    std::vector<double> nu(static_cast<std::size_t>(model_->nbins_full() * model_->nprocs()));
+    for (auto& s : shards_) {
+      const BinRange r = s.bins();
+      s.yields(xv, 0, std::span(nu).subspan(static_cast<std::size_t>(r.begin * model_->nprocs()),
+                                            static_cast<std::size_t>(r.size() * model_->nprocs())));
+    }
+    return nu;
+  }
+
+ private:
+  struct Partials {
+    std::vector<double> nll, grad, hvp, hess;
+  };
+
+  ConstBlockView<double> column(std::span<const double> x) const {
+    if (static_cast<index_t>(x.size()) != nparams_)
+      throw usage_error("parameter vector has " + std::to_string(x.size()) + " entries; the model has " +
+                        std::to_string(nparams_) + " parameters");
+    return {x.data(), nparams_, 1};
+  }
+
+  template <class T>
+  static void require(bool ok, const char* what, index_t rows, index_t cols, const BlockView<T>& b) {
+    if (!ok)
+      throw usage_error(std::string(what) + " is " + std::to_string(b.rows) + " × " + std::to_string(b.cols) + ", expected " +
+                        std::to_string(rows) + " × " + std::to_string(cols));
+  }
+
+  static void add(BlockView<double> to, ConstBlockView<double> from) {
+    for (index_t j = 0; j < to.cols; ++j)
+      for (index_t i = 0; i < to.rows; ++i) to(i, j) += from(i, j);
+  }
+
+  void evaluate(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f, BlockView<double> g,
+                BlockView<double> hv) {
+    const index_t n = nparams_, nx = x.cols, nv = v.empty() ? 0 : v.cols;
+    require(x.rows == n && nx >= 1, "parameter block", n, nx, x);
+    if (!f.empty() && static_cast<index_t>(f.size()) != nx)
+      throw usage_error("value output has " + std::to_string(f.size()) + " entries for " + std::to_string(nx) + " columns");
+    if (!g.empty()) require(g.rows == n && g.cols == nx, "gradient output", n, nx, g);
+    if (nv > 0) {
+      require(v.rows == n && (nv == nx || nx == 1), "direction block", n, nx, v);
+      require(hv.rows == n && hv.cols == nv, "Hessian-vector output", n, nv, hv);
+    }
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      Partials& p = partial_[k];
+      PartialRequest rq{x, nv > 0 ? v : ConstBlockView<double>{}, nullptr, {}, {}};
+      // Shard 0 writes straight into the outputs; the others into buffers added in shard order.
+      if (!f.empty()) rq.nll = k == 0 ? f.data() : sized(p.nll, nx);
+      if (!g.empty()) rq.grad = k == 0 ? g : BlockView<double>(sized(p.grad, n * nx), n, nx);
+      if (nv > 0) rq.hvp = k == 0 ? hv : BlockView<double>(sized(p.hvp, n * nv), n, nv);
+      shards_[k].partials(rq);
+      if (k == 0) continue;
+      if (!f.empty()) add(BlockView<double>(f.data(), 1, nx), ConstBlockView<double>(p.nll.data(), 1, nx));
+      if (!g.empty()) add(g, ConstBlockView<double>(p.grad.data(), n, nx));
+      if (nv > 0) add(hv, ConstBlockView<double>(p.hvp.data(), n, nv));
+    }
+    add_constraints(x, v, f, g, hv);
+  }
+
+  /// ½·w·(θ − θ₀)² per constrained nuisance, its gradient and its (diagonal) Hessian.
+  void add_constraints(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f, BlockView<double> g,
+                       BlockView<double> hv) const {
+    const auto& w = model_->constraint_weights;
+    const auto& t0 = model_->theta0;
+    const index_t ns = model_->nsyst(), nv = v.empty() ? 0 : v.cols;
+    for (index_t j = 0; j < x.cols; ++j) {
+      double lc = 0;
+      for (index_t s = 0; s < ns; ++s) {
+        const double d = x(npoi_ + s, j) - t0[static_cast<std::size_t>(s)], ws = w[static_cast<std::size_t>(s)];
+        lc += 0.5 * ws * d * d;
+        if (!g.empty()) g(npoi_ + s, j) += ws * d;
+      }
+      if (!f.empty()) f[static_cast<std::size_t>(j)] += lc;
+    }
+    for (index_t k = 0; k < nv; ++k)
+      for (index_t s = 0; s < ns; ++s) hv(npoi_ + s, k) += w[static_cast<std::size_t>(s)] * v(npoi_ + s, k);
+  }
+
+  static double* sized(std::vector<double>& buf, index_t n) {
+    if (static_cast<index_t>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));
+    return buf.data();
+  }
+
+  std::shared_ptr<const Model> model_;
+  LikelihoodOptions opts_;
+  index_t nparams_ = 0, npoi_ = 0;
+  std::vector<std::string> names_;
+  std::vector<ShardT> shards_;
+  std::vector<Partials> partial_;
+};
+
+/// The likelihood on one CPU thread with dense templates.
+using SerialLikelihood = Likelihood<Shard<cpu::Serial, storage::Dense>>;
+
+static_assert(objective_with_hessian<SerialLikelihood>);
+
+}  // namespace fitlib

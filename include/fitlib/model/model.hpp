@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: MIT
+// The host-side binned model: channels, processes, systematics, templates, data and constraints.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fitlib/core/error.hpp"
+#include "fitlib/core/types.hpp"
+
+namespace fitlib {
+
+/// How a systematic's tensor entries act on the yields (rabbit-likelihood-and-format.md §1.4, §2.4).
+/// As in rabbit, the type is a property of the whole model (its `systematic_type` attribute).
+enum class SystematicType {
+  log_normal,  ///< ν = r·N·exp(L): entries are logarithms of yield ratios
+  normal,      ///< ν = r·N + r⁰·L: entries are absolute (additive) yield shifts
+};
+
+/// A group of consecutive bins. Masked channels are computed like any other but never enter the
+/// data term (used for unfolded cross sections and regularisation).
+struct Channel {
+  std::string name;
+  index_t nbins = 0;
+  bool masked = false;
+};
+
+/// A process. Signal processes are scaled by one signal-strength POI each (rabbit's `Mu` model).
+struct Process {
+  std::string name;
+  bool signal = false;
+};
+
+/// A nuisance parameter θ_s. Its Gaussian constraint ½·w·(θ − θ₀)² lives in `Model::constraint_weights`
+/// and `Model::theta0`; weight 0 means unconstrained.
+struct Systematic {
+  std::string name;
+};
+
+/// The complete binned model, in rabbit's layout (rabbit-likelihood-and-format.md §1.1–1.3):
+/// bins of all channels concatenated, unmasked channels first and masked ones at the tail;
+/// `nominal` is `N[b, p]` row-major over `[nbins_full × nprocs]`; `logk` is `K[b, p, s]`
+/// (`[nbins_full × nprocs × nsyst]`) for a symmetric tensor or `[b, p, {K, H}, s]`
+/// (`[nbins_full × nprocs × 2 × nsyst]`) for an asymmetric one (H = rabbit's logkhalfdiff).
+/// The fit parameters are `[POIs (one per signal process, in process order) | θ (nsyst)]`.
+struct Model {
+  std::vector<Channel> channels;
+  std::vector<Process> processes;
+  std::vector<Systematic> systematics;
+  SystematicType systematic_type = SystematicType::log_normal;
+  bool symmetric = true;                  ///< tensor layout: K only (true) or K and H (false)
+  std::vector<double> nominal;            ///< N[b, p], `[nbins_full × nprocs]`
+  std::vector<double> logk;               ///< K (and H), see above
+  std::vector<double> data;               ///< observed counts n[b] of the unmasked bins, `[nbins]`
+  std::vector<double> theta0;             ///< constraint centres, `[nsyst]`
+  std::vector<double> constraint_weights; ///< constraint weights (1 rabbit's default, 0 unconstrained)
+  std::vector<double> poi_default;        ///< signal strength μ at the default point, `[npoi]`
+  bool allow_negative_yields = false;     ///< accept N[b, p] < 0 (rabbit: allow_negative_expectation)
+
+  index_t nprocs() const { return static_cast<index_t>(processes.size()); }
+  index_t nsyst() const { return static_cast<index_t>(systematics.size()); }
+  /// Columns of a cell's row of the template matrix: nsyst (symmetric) or 2·nsyst.
+  index_t ncoef() const { return symmetric ? nsyst() : 2 * nsyst(); }
+  index_t npoi() const {
+    index_t n = 0;
+    for (const auto& p : processes) n += p.signal ? 1 : 0;
+    return n;
+  }
+  index_t nparams() const { return npoi() + nsyst(); }
+  /// All bins, masked channels included.
+  index_t nbins_full() const {
+    index_t n = 0;
+    for (const auto& c : channels) n += c.nbins;
+    return n;
+  }
+  /// Bins that enter the data term (the unmasked channels).
+  index_t nbins() const {
+    index_t n = 0;
+    for (const auto& c : channels) n += c.masked ? 0 : c.nbins;
+    return n;
+  }
+
+  /// Parameter names: the signal processes' names for the POIs, then the systematics'.
+  std::vector<std::string> parameter_names() const {
+    std::vector<std::string> names;
+    for (const auto& p : processes)
+      if (p.signal) names.push_back(p.name);
+    for (const auto& s : systematics) names.push_back(s.name);
+    return names;
+  }
+
+  /// POI index of each process, or -1 for a process that no POI scales.
+  std::vector<index_t> poi_of_process() const {
+    std::vector<index_t> map;
+    index_t q = 0;
+    for (const auto& p : processes) map.push_back(p.signal ? q++ : -1);
+    return map;
+  }
+
+  /// "channel 'x' bin i" for a global bin index, for error messages.
+  std::string describe_bin(index_t b) const {
+    index_t start = 0;
+    for (const auto& c : channels) {
+      if (b < start + c.nbins) {
+        std::ostringstream os;
+        os << "channel '" << c.name << "' bin " << (b - start) << " (global bin " << b << ")";
+        return os.str();
+      }
+      start += c.nbins;
+    }
+    return "global bin " + std::to_string(b) + " (beyond the channels)";
+  }
+
+  /// Checks every invariant above; throws `model_error` naming the offending item.
+  void validate() const;
+};
+
+namespace detail {
+template <class Range>
+void require_unique_names(const Range& items, const char* what) {
+  std::set<std::string> seen;
+  for (const auto& it : items) {
+    if (it.name.empty()) throw model_error(std::string("a ") + what + " has an empty name; give every " + what + " a name");
+    if (!seen.insert(it.name).second)
+      throw model_error(std::string("duplicate ") + what + " name '" + it.name + "'; " + what + " names must be unique");
+  }
+}
+
+inline void require_size(std::size_t actual, index_t expected, const char* field, const char* shape) {
+  if (static_cast<index_t>(actual) != expected) {
+    std::ostringstream os;
+    os << "Model::" << field << " has " << actual << " entries but the model needs " << expected << " (" << shape << ")";
+    throw model_error(os.str());
+  }
+}
+}  // namespace detail
+
+inline void Model::validate() const {
+  detail::require_unique_names(channels, "channel");
+  detail::require_unique_names(processes, "process");
+  detail::require_unique_names(systematics, "systematic");
+  if (channels.empty()) throw model_error("the model has no channels; add at least one channel");
+  if (processes.empty()) throw model_error("the model has no processes; add at least one process");
+  bool seen_masked = false;
+  for (const auto& c : channels) {
+    if (c.nbins <= 0) throw model_error("channel '" + c.name + "' has no bins; give it at least one bin");
+    if (seen_masked && !c.masked)
+      throw model_error("unmasked channel '" + c.name +
+                        "' follows a masked channel; masked channels must come last (rabbit's bin order)");
+    seen_masked = seen_masked || c.masked;
+  }
+  if (nbins() == 0) throw model_error("every channel is masked; at least one channel must enter the data term");
+
+  const index_t bf = nbins_full(), np = nprocs(), ns = nsyst(), nc = ncoef();
+  detail::require_size(nominal.size(), bf * np, "nominal", "nbins_full × nprocs");
+  detail::require_size(logk.size(), bf * np * nc, "logk", symmetric ? "nbins_full × nprocs × nsyst" : "nbins_full × nprocs × 2 × nsyst");
+  detail::require_size(data.size(), nbins(), "data", "one entry per unmasked bin");
+  detail::require_size(theta0.size(), ns, "theta0", "one entry per systematic");
+  detail::require_size(constraint_weights.size(), ns, "constraint_weights", "one entry per systematic");
+  detail::require_size(poi_default.size(), npoi(), "poi_default", "one entry per signal process");
+
+  for (index_t b = 0; b < bf; ++b) {
+    for (index_t p = 0; p < np; ++p) {
+      const double n = nominal[static_cast<std::size_t>(b * np + p)];
+      const auto cell = [&] { return "process '" + processes[static_cast<std::size_t>(p)].name + "' in " + describe_bin(b); };
+      if (!std::isfinite(n)) throw model_error("nominal yield of " + cell() + " is not finite; fix the input histogram");
+      if (n < 0 && !allow_negative_yields)
+        throw model_error("nominal yield of " + cell() + " is negative (" + std::to_string(n) +
+                          "); clip it to zero or set allow_negative_yields");
+      const double* row = logk.data() + (b * np + p) * nc;
+      for (index_t k = 0; k < nc; ++k) {
+        const auto& syst = systematics[static_cast<std::size_t>(k % ns)].name;
+        const char* part = k < ns ? "" : " (asymmetric half-difference)";
+        if (!std::isfinite(row[k]))
+          throw model_error("variation of systematic '" + syst + "'" + part + " for " + cell() +
+                            " is not finite; check the up/down histograms");
+        if (n == 0 && row[k] != 0)
+          throw model_error("systematic '" + syst + "' varies " + cell() +
+                            " whose nominal yield is zero; a variation needs a non-zero nominal yield");
+      }
+    }
+  }
+  for (index_t b = 0; b < nbins(); ++b) {
+    const double n = data[static_cast<std::size_t>(b)];
+    if (!std::isfinite(n) || n < 0)
+      throw model_error("observed count in " + describe_bin(b) + " is " + std::to_string(n) +
+                        "; counts must be finite and non-negative");
+  }
+  for (index_t s = 0; s < ns; ++s) {
+    const auto& name = systematics[static_cast<std::size_t>(s)].name;
+    const double w = constraint_weights[static_cast<std::size_t>(s)];
+    if (!std::isfinite(w) || w < 0)
+      throw model_error("constraint weight of systematic '" + name + "' is " + std::to_string(w) +
+                        "; use a finite weight ≥ 0 (0 = unconstrained)");
+    if (!std::isfinite(theta0[static_cast<std::size_t>(s)]))
+      throw model_error("constraint centre of systematic '" + name + "' is not finite");
+  }
+  index_t q = 0;
+  for (const auto& p : processes) {
+    if (!p.signal) continue;
+    const double mu = poi_default[static_cast<std::size_t>(q++)];
+    if (!std::isfinite(mu)) throw model_error("default signal strength of '" + p.name + "' is not finite");
+  }
+}
+
+}  // namespace fitlib
