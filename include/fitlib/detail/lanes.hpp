@@ -2,31 +2,159 @@
 // Row kernels with a fixed summation order, so every column of a batch is computed bitwise alike.
 #pragma once
 
+#include <Eigen/Core>
+#include <cmath>
+
 #include "fitlib/config.hpp"
 #include "fitlib/core/types.hpp"
 
 namespace fitlib::detail {
 
-/// Width of the lane accumulators: two AVX-512 (or four AVX2) registers, enough independent
-/// chains to hide the FMA latency while streaming one template row.
-inline constexpr int dot_lanes = 16;
+/// a·b + c, fused where the target has FMA (one rounding, and the compiler vectorizes it), so
+/// the result never depends on whether the compiler chose to contract an expression.
+FITLIB_ALWAYS_INLINE double fmadd(double a, double b, double c) {
+#if defined(__FMA__) || defined(__CUDA_ARCH__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
 
-/// Σ_i a_i b_i with lane l accumulating i ≡ l (mod dot_lanes) and a fixed pairwise reduction.
-/// The order depends on n only, never on which column or how many columns are evaluated.
-inline double dot(const double* FITLIB_RESTRICT a, const double* FITLIB_RESTRICT b, index_t n) {
-  double acc[dot_lanes] = {};
+/// Asks for the cache lines of x[0, count) ahead of use (a hint; never faults).
+FITLIB_ALWAYS_INLINE void prefetch_lines(const double* x, index_t count) {
+#if defined(__GNUC__) || defined(__clang__)
+  for (index_t i = 0; i < count; i += 8) __builtin_prefetch(x + i, 0, 3);
+#else
+  (void)x;
+  (void)count;
+#endif
+}
+
+/// Width of the lane accumulators: 16 doubles, two AVX-512 (four AVX2) registers per column,
+/// enough independent chains to hide the FMA latency while streaming a template row.
+inline constexpr int lanes = 8;
+
+/// Eigen's widest packet for double on this target (its intrinsics, whatever the compiler's
+/// auto-vectorizer prefers), and how many of them make up the lanes.
+using Packet = Eigen::internal::packet_traits<double>::type;
+inline constexpr int packet_size = Eigen::internal::packet_traits<double>::size;
+inline constexpr int packets = lanes / packet_size;
+static_assert(lanes % packet_size == 0);
+
+/// L[r + j·ldl] = row_r · C_j for NR rows (stride ld) and NC columns of C (stride ldc), lane l
+/// accumulating the i ≡ l (mod lanes), then a fixed pairwise reduction. A result's arithmetic
+/// depends only on n, never on NR, NC or its neighbours, so batching columns changes no bit of any
+/// result; batching loads each row chunk once for NC columns and keeps NR rows streaming at once
+/// (more memory-level parallelism than one row after another).
+template <int NR, int NC, bool Prefetch = false>
+FITLIB_ALWAYS_INLINE void dot_block(const double* FITLIB_RESTRICT rows, index_t ld, const double* FITLIB_RESTRICT C, index_t ldc,
+                                    index_t n, double* FITLIB_RESTRICT L, index_t ldl, const double* prefetch = nullptr) {
+  using namespace Eigen::internal;
+  Packet acc[NR][NC][packets];
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NC; ++j)
+      for (int k = 0; k < packets; ++k) acc[r][j][k] = pset1<Packet>(0.0);
   index_t i = 0;
-  for (; i + dot_lanes <= n; i += dot_lanes)
-    for (int l = 0; l < dot_lanes; ++l) acc[l] += a[i + l] * b[i + l];
-  for (int l = 0; i + l < n; ++l) acc[l] += a[i + l] * b[i + l];
-  for (int w = dot_lanes / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  return acc[0];
+  for (; i + lanes <= n; i += lanes)
+    for (int k = 0; k < packets; ++k) {
+      Packet c[NC];
+      for (int j = 0; j < NC; ++j) c[j] = ploadu<Packet>(C + j * ldc + i + k * packet_size);
+      for (int r = 0; r < NR; ++r) {
+        if constexpr (Prefetch) if (k == 0) prefetch_lines(prefetch + r * ld + i, lanes);
+        const Packet x = ploadu<Packet>(rows + r * ld + i + k * packet_size);
+        for (int j = 0; j < NC; ++j) acc[r][j][k] = pmadd(x, c[j], acc[r][j][k]);
+      }
+    }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NC; ++j) {
+      double a[lanes];
+      for (int k = 0; k < packets; ++k) pstoreu(a + k * packet_size, acc[r][j][k]);
+      for (int l = 0; i + l < n; ++l) a[l] = fmadd(rows[r * ld + i + l], C[j * ldc + i + l], a[l]);
+      for (int w = lanes / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; ++l) a[l] += a[l + w];
+      L[r + j * ldl] = a[0];
+    }
+}
+
+/// L[p + j·nrows] = row_p · C_j for `nrows` rows (stride ld) and `ncols` columns of C (`[n × ncols]`),
+/// requesting the rows at `prefetch` (the next block, same shape; may be null) from memory meanwhile.
+inline void forward_rows(const double* rows, index_t ld, index_t nrows, const double* C, index_t ncols, index_t n, double* L,
+                         const double* prefetch = nullptr) {
+  index_t p = 0;
+  for (; p + 8 <= nrows; p += 8) {
+    index_t j = 0;
+    if (prefetch) {
+      dot_block<8, 1, true>(rows + p * ld, ld, C, n, n, L + p, nrows, prefetch + p * ld);
+      j = 1;
+    }
+    for (; j + 2 <= ncols; j += 2) dot_block<8, 2>(rows + p * ld, ld, C + j * n, n, n, L + p + j * nrows, nrows);
+    for (; j < ncols; ++j) dot_block<8, 1>(rows + p * ld, ld, C + j * n, n, n, L + p + j * nrows, nrows);
+  }
+  for (; p + 4 <= nrows; p += 4) {
+    index_t j = 0;
+    for (; j + 2 <= ncols; j += 2) dot_block<4, 2>(rows + p * ld, ld, C + j * n, n, n, L + p + j * nrows, nrows);
+    for (; j < ncols; ++j) dot_block<4, 1>(rows + p * ld, ld, C + j * n, n, n, L + p + j * nrows, nrows);
+  }
+  for (; p < nrows; ++p) {
+    index_t j = 0;
+    for (; j + 2 <= ncols; j += 2) dot_block<1, 2>(rows + p * ld, ld, C + j * n, n, n, L + p + j * nrows, nrows);
+    for (; j < ncols; ++j) dot_block<1, 1>(rows + p * ld, ld, C + j * n, n, n, L + p + j * nrows, nrows);
+  }
+}
+
+/// acc[:, j] += Σ_p U[p + j·nrows] · row_p for the NC columns j, the rows added in order p = 0, 1, …
+/// into each element (the order of one row-by-row axpy after another). A block of lanes of each
+/// accumulator stays in registers across all rows, so acc is loaded and stored once per call.
+template <int NC>
+FITLIB_ALWAYS_INLINE void backward_columns(const double* FITLIB_RESTRICT rows, index_t ld, index_t nrows, const double* FITLIB_RESTRICT U,
+                                           double* FITLIB_RESTRICT acc, index_t n, const double* prefetch) {
+  using namespace Eigen::internal;
+  constexpr int width = lanes, bp = packets;
+  index_t i = 0;
+  for (; i + width <= n; i += width) {
+    Packet a[NC][bp];
+    for (int j = 0; j < NC; ++j)
+      for (int k = 0; k < bp; ++k) a[j][k] = ploadu<Packet>(acc + j * n + i + k * packet_size);
+    for (index_t p = 0; p < nrows; ++p) {
+      Packet r[bp];
+      for (int k = 0; k < bp; ++k) r[k] = ploadu<Packet>(rows + p * ld + i + k * packet_size);
+      if (prefetch) prefetch_lines(prefetch + p * ld + i, width);
+      for (int j = 0; j < NC; ++j) {
+        const Packet u = pset1<Packet>(U[p + j * nrows]);
+        for (int k = 0; k < bp; ++k) a[j][k] = pmadd(u, r[k], a[j][k]);
+      }
+    }
+    for (int j = 0; j < NC; ++j)
+      for (int k = 0; k < bp; ++k) pstoreu(acc + j * n + i + k * packet_size, a[j][k]);
+  }
+  for (int j = 0; j < NC; ++j)
+    for (index_t t = i; t < n; ++t) {
+      double a = acc[j * n + t];
+      for (index_t p = 0; p < nrows; ++p) a = fmadd(U[p + j * nrows], rows[p * ld + t], a);
+      acc[j * n + t] = a;
+    }
+}
+
+/// acc[:, j] += Σ_p U[p + j·nrows] · row_p for `ncols` columns (acc is `[n × ncols]`). While the
+/// rows come from cache, the rows at `prefetch` (the next block, same shape; may be null) are
+/// requested from memory, so the stream from memory never pauses for the backward pass.
+inline void backward_rows(const double* rows, index_t ld, index_t nrows, const double* U, index_t ncols, index_t n, double* acc,
+                          const double* prefetch = nullptr) {
+  index_t j = 0;
+  for (; j + 2 <= ncols; j += 2, prefetch = nullptr) backward_columns<2>(rows, ld, nrows, U + j * nrows, acc + j * n, n, prefetch);
+  for (; j < ncols; ++j, prefetch = nullptr) backward_columns<1>(rows, ld, nrows, U + j * nrows, acc + j * n, n, prefetch);
+}
+
+/// The single-column forms, for the passes that need no batching.
+inline double dot(const double* a, const double* b, index_t n) {
+  double out;
+  dot_block<1, 1>(a, 0, b, 0, n, &out, 0);
+  return out;
 }
 
 /// y += alpha·x, element by element.
 inline void axpy(double alpha, const double* FITLIB_RESTRICT x, double* FITLIB_RESTRICT y, index_t n) {
-  for (index_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  for (index_t i = 0; i < n; ++i) y[i] = fmadd(alpha, x[i], y[i]);
 }
 
 }  // namespace fitlib::detail

@@ -46,7 +46,7 @@ class Shard;
 ///
 /// Every pass walks the bins once: for each bin it runs the forward products of all its cells
 /// (`L = K_row · C` for all columns and directions), the per-bin Poisson algebra, then the backward
-/// products (`acc += K_rowᵀ · U`) while the bin's rows are still in L1, so the templates stream
+/// products (`acc += K_rowᵀ · U`) while the bin's rows are still in cache, so the templates stream
 /// from memory once per evaluation whatever is computed (DESIGN.md, "The numerical core").
 template <class Policy>
   requires cpu::is_host_policy_v<Policy>
@@ -113,10 +113,10 @@ class Shard<Policy, storage::Dense> {
     for (index_t i = 0; i < ndata_; ++i) {
       const double n = data_[static_cast<std::size_t>(i)], log_n = log_data_[static_cast<std::size_t>(i)];
       // Forward: every column's and direction's L for the bin's cells.
-      for (index_t p = 0; p < P; ++p) {
-        const double* row = logk_ + (i * P + p) * ncoef_;
-        for (index_t j = 0; j < nf; ++j) L[p + j * P] = detail::dot(row, coef_.data() + j * ncoef_, ncoef_);
-      }
+      const double* rows = logk_ + i * P * ncoef_;
+      // The next bin's rows are requested during the backward pass, or here when there is none.
+      const double* next = i + 1 < ndata_ ? rows + P * ncoef_ : nullptr;
+      detail::forward_rows(rows, ncoef_, P, coef_.data(), nf, ncoef_, L, nb == 0 ? next : nullptr);
       for (index_t j = 0; j < nx; ++j) {
         double nu_b = 0;
         for (index_t p = 0; p < P; ++p) {
@@ -151,11 +151,9 @@ class Shard<Policy, storage::Dense> {
           if (q >= 0) poi_acc_[q + (nu + k) * npoi_] += d2 * dnu_b * c.d_mu + w * (c.d_mumu * vq + c.d_muL * dL);
         }
       }
-      // Backward: acc += K_rowᵀ · U for every column, while the bin's rows are in cache.
-      for (index_t p = 0; p < P && nb > 0; ++p) {
-        const double* row = logk_ + (i * P + p) * ncoef_;
-        for (index_t j = 0; j < nb; ++j) detail::axpy(U[p + j * P], row, acc_.data() + j * ncoef_, ncoef_);
-      }
+      // Backward: acc += K_rowᵀ · U for every column while the bin's rows are in cache, and the
+      // next bin's rows are on their way.
+      detail::backward_rows(rows, ncoef_, P, U, nb, ncoef_, acc_.data(), next);
     }
 
     const index_t S = nsyst_;

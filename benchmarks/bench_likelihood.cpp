@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: MIT
+// Likelihood kernels on synthetic dense models, as fractions of the memory bandwidth and DGEMM rate.
+//
+// roofline_fraction = (template bytes, counted once per evaluation) / time / triad bandwidth;
+// gemm_fraction     = (flops of the Hessian's triangular GEMMs) / time / Eigen DGEMM rate.
+// Both limits are measured in this program, on this machine, at start-up.
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fitlib/fit.hpp>
+
+namespace {
+
+using fitlib::index_t;
+using clock_type = std::chrono::steady_clock;
+
+/// STREAM triad a = b + s·c over arrays far larger than the last-level cache, best of 5; bytes
+/// counted as STREAM does (two reads and one write of 8 bytes per element).
+double triad_bandwidth() {
+  static const double bw = [] {
+    const std::size_t n = std::size_t{1} << 25;  // 256 MiB per array
+    std::vector<double> a(n, 0.0), b(n, 1.0), c(n, 2.0);
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = clock_type::now();
+      double* FITLIB_RESTRICT pa = a.data();
+      const double* FITLIB_RESTRICT pb = b.data();
+      const double* FITLIB_RESTRICT pc = c.data();
+      for (std::size_t i = 0; i < n; ++i) pa[i] = pb[i] + 3.0 * pc[i];
+      benchmark::DoNotOptimize(pa);
+      benchmark::ClobberMemory();
+      best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
+    }
+    return 3.0 * 8.0 * static_cast<double>(n) / best;
+  }();
+  return bw;
+}
+
+/// Eigen DGEMM on 1536² matrices, best of 3 (flops = 2·n³).
+double dgemm_rate() {
+  static const double rate = [] {
+    const index_t n = 1536;
+    Eigen::MatrixXd A = Eigen::MatrixXd::Random(n, n), B = Eigen::MatrixXd::Random(n, n), C(n, n);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = clock_type::now();
+      C.noalias() = A * B;
+      benchmark::DoNotOptimize(C.data());
+      best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
+    }
+    return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best;
+  }();
+  return rate;
+}
+
+struct Config {
+  index_t bins, procs, nsyst;
+  bool asymmetric;
+  std::string name() const {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "bins:%td/procs:%td/nsyst:%td/%s", bins, procs, nsyst, asymmetric ? "asym" : "sym");
+    return buf;
+  }
+};
+
+/// Uniform in [−1, 1) from a counter (splitmix64), so multi-GB models fill quickly and reproducibly.
+double hash_uniform(std::uint64_t i) {
+  std::uint64_t z = i + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0;
+}
+
+/// One signal and procs−1 backgrounds, log-normal variations of a few per cent, all constrained.
+std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c) {
+  auto m = std::make_shared<fitlib::Model>();
+  m->channels.push_back({"ch", c.bins, false});
+  for (index_t p = 0; p < c.procs; ++p) m->processes.push_back({std::string("p").append(std::to_string(p)), p == 0});
+  for (index_t s = 0; s < c.nsyst; ++s) m->systematics.push_back({std::string("s").append(std::to_string(s))});
+  m->symmetric = !c.asymmetric;
+  m->theta0.assign(static_cast<std::size_t>(c.nsyst), 0.0);
+  m->constraint_weights.assign(static_cast<std::size_t>(c.nsyst), 1.0);
+  m->poi_default = {1.0};
+  const index_t cells = c.bins * c.procs, nc = m->ncoef();
+  m->nominal.resize(static_cast<std::size_t>(cells));
+  m->logk.resize(static_cast<std::size_t>(cells * nc));
+  for (index_t i = 0; i < cells; ++i) m->nominal[static_cast<std::size_t>(i)] = 50.0 + 40.0 * hash_uniform(static_cast<std::uint64_t>(i));
+  for (std::size_t i = 0; i < m->logk.size(); ++i) m->logk[i] = 0.02 * hash_uniform(i + 0x1234567ULL);
+  m->data.resize(static_cast<std::size_t>(c.bins));
+  for (index_t b = 0; b < c.bins; ++b) {
+    double nu = 0;
+    for (index_t p = 0; p < c.procs; ++p) nu += m->nominal[static_cast<std::size_t>(b * c.procs + p)];
+    m->data[static_cast<std::size_t>(b)] = std::round(nu * (1.0 + 0.05 * hash_uniform(static_cast<std::uint64_t>(b) + 77)));
+  }
+  return m;
+}
+
+struct Fixture {
+  std::shared_ptr<const fitlib::Model> model;
+  std::unique_ptr<fitlib::SerialLikelihood> nll;
+  std::vector<double> x, v, g, hv, H;
+  double template_bytes = 0;
+};
+
+/// The fixture of the configuration being benchmarked; the previous one is freed first, since
+/// the largest model takes 12.8 GB.
+Fixture& fixture(const Config& c) {
+  static std::string current;
+  static Fixture f;
+  if (current != c.name()) {
+    f = Fixture{};
+    f.model = synthetic_model(c);
+    f.nll = std::make_unique<fitlib::SerialLikelihood>(f.model);
+    const index_t n = f.nll->size();
+    f.x.resize(static_cast<std::size_t>(n));
+    f.v.resize(f.x.size());
+    for (index_t i = 0; i < n; ++i) {
+      f.x[static_cast<std::size_t>(i)] = i == 0 ? 1.05 : 0.7 * hash_uniform(static_cast<std::uint64_t>(i) + 999);
+      f.v[static_cast<std::size_t>(i)] = hash_uniform(static_cast<std::uint64_t>(i) + 4242);
+    }
+    f.g.resize(f.x.size());
+    f.hv.resize(f.x.size());
+    f.template_bytes = 8.0 * static_cast<double>(c.bins * c.procs) * static_cast<double>(f.model->ncoef());
+    current = c.name();
+  }
+  return f;
+}
+
+void report_bandwidth(benchmark::State& state, double bytes) {
+  state.counters["template_GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["roofline_fraction"] = benchmark::Counter(bytes / triad_bandwidth(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["triad_GBps"] = triad_bandwidth() / 1e9;
+}
+
+void BM_Nll(benchmark::State& state, Config c) {
+  Fixture& f = fixture(c);
+  const index_t n = f.nll->size();
+  double value = 0;
+  for (auto _ : state) {
+    f.nll->value(fitlib::ConstBlockView<double>(f.x.data(), n, 1), std::span(&value, 1));
+    benchmark::DoNotOptimize(value);
+  }
+  report_bandwidth(state, f.template_bytes);
+}
+
+void BM_NllGrad(benchmark::State& state, Config c) {
+  Fixture& f = fixture(c);
+  const index_t n = f.nll->size();
+  double value = 0;
+  for (auto _ : state) {
+    f.nll->value_grad(fitlib::ConstBlockView<double>(f.x.data(), n, 1), std::span(&value, 1),
+                      fitlib::BlockView<double>(f.g.data(), n, 1));
+    benchmark::DoNotOptimize(value);
+  }
+  report_bandwidth(state, f.template_bytes);
+}
+
+/// NLL, gradient and one Hessian-vector product from one pass (what a Krylov iteration needs).
+void BM_Hvp(benchmark::State& state, Config c) {
+  Fixture& f = fixture(c);
+  const index_t n = f.nll->size();
+  double value = 0;
+  for (auto _ : state) {
+    f.nll->value_grad_hessp(fitlib::ConstBlockView<double>(f.x.data(), n, 1), fitlib::ConstBlockView<double>(f.v.data(), n, 1),
+                            std::span(&value, 1), fitlib::BlockView<double>(f.g.data(), n, 1),
+                            fitlib::BlockView<double>(f.hv.data(), n, 1));
+    benchmark::DoNotOptimize(value);
+  }
+  report_bandwidth(state, f.template_bytes);
+}
+
+void BM_Hessian(benchmark::State& state, Config c) {
+  Fixture& f = fixture(c);
+  const index_t n = f.nll->size();
+  f.H.resize(static_cast<std::size_t>(n * n));
+  double value = 0;
+  for (auto _ : state) {
+    f.nll->hessian(fitlib::ConstBlockView<double>(f.x.data(), n, 1), std::span(&value, 1),
+                   fitlib::BlockView<double>(f.g.data(), n, 1), fitlib::BlockView<double>(f.H.data(), n, n));
+    benchmark::DoNotOptimize(f.H.data());
+  }
+  // The lower triangle of Mᵀ·D·M over (cells + bins) rows of n columns: rows·n·(n+1) flops.
+  const double rows = static_cast<double>(c.bins * (c.procs + 1));
+  const double flops = rows * static_cast<double>(n) * static_cast<double>(n + 1);
+  state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gemm_fraction"] = benchmark::Counter(flops / dgemm_rate(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["dgemm_GFLOPs"] = dgemm_rate() / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::printf("triad bandwidth %.1f GB/s, Eigen DGEMM %.1f GFLOP/s\n", triad_bandwidth() / 1e9, dgemm_rate() / 1e9);
+  // One configuration at a time, all three kernels on it, so each model is built once.
+  for (index_t bins : {1000, 10000, 100000})
+    for (index_t nsyst : {100, 1000})
+      for (bool asym : {false, true}) {
+        const Config c{bins, 8, nsyst, asym};
+        const std::string name = c.name();
+        auto full = [&](const char* kernel) {
+          char buf[128];
+          std::snprintf(buf, sizeof buf, "%s/%s", kernel, name.c_str());
+          return std::string(buf);
+        };
+        benchmark::RegisterBenchmark(full("BM_Nll").c_str(), BM_Nll, c)->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark(full("BM_NllGrad").c_str(), BM_NllGrad, c)->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark(full("BM_Hvp").c_str(), BM_Hvp, c)->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark(full("BM_Hessian").c_str(), BM_Hessian, c)->Unit(benchmark::kMillisecond);
+      }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
