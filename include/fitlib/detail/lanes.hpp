@@ -102,47 +102,60 @@ inline void forward_rows(const double* rows, index_t ld, index_t nrows, const do
   }
 }
 
-/// acc[:, j] += Σ_p U[p + j·nrows] · row_p for the NC columns j, the rows added in order p = 0, 1, …
-/// into each element (the order of one row-by-row axpy after another). A block of lanes of each
-/// accumulator stays in registers across all rows, so acc is loaded and stored once per call.
-template <int NC>
-FITLIB_ALWAYS_INLINE void backward_columns(const double* FITLIB_RESTRICT rows, index_t ld, index_t nrows, const double* FITLIB_RESTRICT U,
-                                           double* FITLIB_RESTRICT acc, index_t n, const double* prefetch) {
+/// acc[:, j] += Σ_r U[r + j·ldu] · row_r for NR rows (stride ld) and NC columns j, the rows added in
+/// order r = 0, 1, … into each element (the order of one row-by-row axpy after another, so a
+/// result never depends on NR or NC). The coefficients stay in registers for the whole pass and
+/// each lane block of acc is loaded and stored once. The lane blocks run last to first: the
+/// forward pass has just read the rows front to back, so their ends are the part still in L1.
+/// `prefetch` (may be null) names rows of the same shape to request from memory meanwhile.
+template <int NR, int NC>
+FITLIB_ALWAYS_INLINE void backward_block(const double* FITLIB_RESTRICT rows, index_t ld, const double* FITLIB_RESTRICT U, index_t ldu,
+                                         double* FITLIB_RESTRICT acc, index_t n, const double* prefetch) {
   using namespace Eigen::internal;
-  constexpr int width = lanes, bp = packets;
-  index_t i = 0;
-  for (; i + width <= n; i += width) {
-    Packet a[NC][bp];
-    for (int j = 0; j < NC; ++j)
-      for (int k = 0; k < bp; ++k) a[j][k] = ploadu<Packet>(acc + j * n + i + k * packet_size);
-    for (index_t p = 0; p < nrows; ++p) {
-      Packet r[bp];
-      for (int k = 0; k < bp; ++k) r[k] = ploadu<Packet>(rows + p * ld + i + k * packet_size);
-      if (prefetch) prefetch_lines(prefetch + p * ld + i, width);
-      for (int j = 0; j < NC; ++j) {
-        const Packet u = pset1<Packet>(U[p + j * nrows]);
-        for (int k = 0; k < bp; ++k) a[j][k] = pmadd(u, r[k], a[j][k]);
-      }
+  Packet u[NR][NC];
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NC; ++j) u[r][j] = pset1<Packet>(U[r + j * ldu]);
+  const index_t full = n - n % packet_size;
+  for (index_t i = full - packet_size; i >= 0; i -= packet_size) {
+    Packet a[NC];
+    for (int j = 0; j < NC; ++j) a[j] = ploadu<Packet>(acc + j * n + i);
+    for (int r = 0; r < NR; ++r) {
+      const Packet x = ploadu<Packet>(rows + r * ld + i);
+      if (prefetch) prefetch_lines(prefetch + r * ld + i, packet_size);
+      for (int j = 0; j < NC; ++j) a[j] = pmadd(u[r][j], x, a[j]);
     }
-    for (int j = 0; j < NC; ++j)
-      for (int k = 0; k < bp; ++k) pstoreu(acc + j * n + i + k * packet_size, a[j][k]);
+    for (int j = 0; j < NC; ++j) pstoreu(acc + j * n + i, a[j]);
   }
   for (int j = 0; j < NC; ++j)
-    for (index_t t = i; t < n; ++t) {
+    for (index_t t = full; t < n; ++t) {
       double a = acc[j * n + t];
-      for (index_t p = 0; p < nrows; ++p) a = fmadd(U[p + j * nrows], rows[p * ld + t], a);
+      for (int r = 0; r < NR; ++r) a = fmadd(U[r + j * ldu], rows[r * ld + t], a);
       acc[j * n + t] = a;
     }
 }
 
-/// acc[:, j] += Σ_p U[p + j·nrows] · row_p for `ncols` columns (acc is `[n × ncols]`). While the
-/// rows come from cache, the rows at `prefetch` (the next block, same shape; may be null) are
-/// requested from memory, so the stream from memory never pauses for the backward pass.
+/// acc[:, j] += Σ_p U[p + j·nrows] · row_p for `nrows` rows and `ncols` columns (acc is `[n × ncols]`),
+/// in groups of rows that keep the per-element order p = 0, 1, … While the rows come from cache,
+/// the rows at `prefetch` (the next block, same shape; may be null) are requested from memory, so
+/// the stream from memory does not pause for the backward pass.
 inline void backward_rows(const double* rows, index_t ld, index_t nrows, const double* U, index_t ncols, index_t n, double* acc,
                           const double* prefetch = nullptr) {
-  index_t j = 0;
-  for (; j + 2 <= ncols; j += 2, prefetch = nullptr) backward_columns<2>(rows, ld, nrows, U + j * nrows, acc + j * n, n, prefetch);
-  for (; j < ncols; ++j, prefetch = nullptr) backward_columns<1>(rows, ld, nrows, U + j * nrows, acc + j * n, n, prefetch);
+  for (index_t j = 0; j < ncols;) {
+    const index_t nc = ncols - j >= 2 ? 2 : 1;
+    double* a = acc + j * n;
+    index_t p = 0;
+    auto group = [&]<int NR>() {
+      const double* pf = prefetch ? prefetch + p * ld : nullptr;
+      if (nc == 2) backward_block<NR, 2>(rows + p * ld, ld, U + p + j * nrows, nrows, a, n, pf);
+      else backward_block<NR, 1>(rows + p * ld, ld, U + p + j * nrows, nrows, a, n, pf);
+      p += NR;
+    };
+    while (p + 8 <= nrows) group.template operator()<8>();
+    while (p + 4 <= nrows) group.template operator()<4>();
+    while (p < nrows) group.template operator()<1>();
+    j += nc;
+    prefetch = nullptr;
+  }
 }
 
 /// The single-column forms, for the passes that need no batching.

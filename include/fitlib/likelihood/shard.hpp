@@ -110,12 +110,14 @@ class Shard<Policy, storage::Dense> {
     double* U = cell_U_.data();       // [P × nb]
     detail::CellYield* cy = cells_.data();  // [P × nx]
 
+    // Prefetch distance: the bin about 128 KiB ahead (at least the next one).
+    const index_t ahead = std::clamp<index_t>((index_t{1} << 17) / std::max<index_t>(1, 8 * P * ncoef_), 1, 64);
     for (index_t i = 0; i < ndata_; ++i) {
       const double n = data_[static_cast<std::size_t>(i)], log_n = log_data_[static_cast<std::size_t>(i)];
       // Forward: every column's and direction's L for the bin's cells.
       const double* rows = logk_ + i * P * ncoef_;
       // The next bin's rows are requested during the backward pass, or here when there is none.
-      const double* next = i + 1 < ndata_ ? rows + P * ncoef_ : nullptr;
+      const double* next = i + ahead < ndata_ ? rows + ahead * P * ncoef_ : nullptr;
       detail::forward_rows(rows, ncoef_, P, coef_.data(), nf, ncoef_, L, nb == 0 ? next : nullptr);
       for (index_t j = 0; j < nx; ++j) {
         double nu_b = 0;
