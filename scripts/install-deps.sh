@@ -9,6 +9,7 @@ packages=(
   libeigen3-dev     # Eigen 3.4: the CPU backend
   catch2            # Catch2 v2: the test framework
   libbenchmark-dev  # Google Benchmark: speed targets
+  nlohmann-json3-dev  # JSON: reference data in tests, results files
 )
 
 missing=()

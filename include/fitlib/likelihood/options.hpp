@@ -17,7 +17,7 @@ struct LikelihoodOptions {
   index_t shards = 0;
   /// Template rows (bin·process cells) per block of the dense-Hessian GEMMs; ≥ 1. Deeper blocks
   /// run the GEMMs closer to their peak, shallower ones keep the block workspace in cache.
-  index_t hessian_block_rows = 512;
+  index_t hessian_block_rows = 256;
 
   /// Throws `std::invalid_argument` naming the field and its allowed range.
   void validate() const {

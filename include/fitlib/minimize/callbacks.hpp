@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: MIT
+// Callbacks of the trust-region loop: the hooks, and the built-in printer, stoppers and recorder.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "fitlib/core/types.hpp"
+#include "fitlib/minimize/status.hpp"
+
+namespace fitlib {
+
+/// What a callback hook asks of the loop. A hook returning void means `proceed`.
+enum class CallbackAction { proceed, stop_converged, abort };
+
+/// One outer iteration, as callbacks see it.
+struct IterationSummary {
+  index_t iteration = 0;       ///< 1-based, rejected iterations included
+  double f = 0;                ///< objective at the iterate the step was taken from
+  double f_trial = 0;          ///< objective at the proposed point
+  double gradient_norm = 0;    ///< ‖g‖ at the iterate after the decision
+  double edm = 0;              ///< predicted decrease of the step (−model); the EDM for a Newton-like step
+  double radius = 0;           ///< Δ used for the step
+  double radius_next = 0;      ///< Δ after the update
+  double rho = 0;              ///< actual / predicted reduction (−∞ for a non-finite trial)
+  double step_norm = 0;        ///< ‖p‖
+  bool accepted = false;
+  bool hits_boundary = false;
+  index_t hvps = 0;            ///< Hessian-vector products of the subproblem solve
+  double elapsed = 0;          ///< seconds since the start of the minimisation
+};
+
+namespace detail {
+/// Calls `cb.hook(args...)` if it exists; maps a void return to `proceed`.
+template <class Hook, class... Args>
+CallbackAction invoke_hook(Hook&& hook, Args&&... args) {
+  if constexpr (std::is_void_v<decltype(hook(std::forward<Args>(args)...))>) {
+    hook(std::forward<Args>(args)...);
+    return CallbackAction::proceed;
+  } else {
+    return hook(std::forward<Args>(args)...);
+  }
+}
+
+/// The strongest request among all callbacks: abort > stop_converged > proceed.
+inline CallbackAction combine(CallbackAction a, CallbackAction b) {
+  return static_cast<int>(a) > static_cast<int>(b) ? a : b;
+}
+
+template <class... Callbacks>
+CallbackAction on_begin(Callbacks&... cbs) {
+  CallbackAction a = CallbackAction::proceed;
+  ((a = combine(a, [&] {
+      if constexpr (requires { cbs.on_begin(); }) return invoke_hook([&] { return cbs.on_begin(); });
+      else return CallbackAction::proceed;
+    }())),
+   ...);
+  return a;
+}
+
+template <class... Callbacks>
+CallbackAction on_iteration(const IterationSummary& s, Callbacks&... cbs) {
+  CallbackAction a = CallbackAction::proceed;
+  ((a = combine(a, [&] {
+      if constexpr (requires { cbs.on_iteration(s); }) return invoke_hook([&] { return cbs.on_iteration(s); });
+      else return CallbackAction::proceed;
+    }())),
+   ...);
+  return a;
+}
+
+template <class... Callbacks>
+void on_end(FitStatus status, Callbacks&... cbs) {
+  (
+      [&] {
+        if constexpr (requires { cbs.on_end(status); }) cbs.on_end(status);
+      }(),
+      ...);
+}
+}  // namespace detail
+
+/// Prints one line per `every` iterations: iteration, f, EDM, radius, ρ, elapsed seconds.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(std::FILE* out = stdout, index_t every = 1) : out_(out), every_(every < 1 ? 1 : every) {}
+  void on_begin() { std::fprintf(out_, "%6s %18s %11s %11s %9s %9s\n", "iter", "f", "EDM", "radius", "rho", "seconds"); }
+  void on_iteration(const IterationSummary& s) {
+    if (s.iteration % every_ != 0) return;
+    std::fprintf(out_, "%6td %18.10g %11.4g %11.4g %9.4g %9.3f%s\n", s.iteration, s.accepted ? s.f_trial : s.f, s.edm, s.radius, s.rho,
+                 s.elapsed, s.accepted ? "" : "  (rejected)");
+  }
+  void on_end(FitStatus status) { std::fprintf(out_, "stopped: %.*s\n", static_cast<int>(to_string(status).size()), to_string(status).data()); }
+
+ private:
+  std::FILE* out_;
+  index_t every_;
+};
+
+/// Declares convergence when the objective improved by less than `tolerance` over the last
+/// `window` accepted iterations (a stalled fit that gtol would run to maxiter).
+class StallStop {
+ public:
+  StallStop(double tolerance, index_t window = 10) : tolerance_(tolerance), window_(window < 1 ? 1 : window) {}
+  CallbackAction on_iteration(const IterationSummary& s) {
+    if (!s.accepted) return CallbackAction::proceed;
+    history_.push_back(s.f_trial);
+    if (static_cast<index_t>(history_.size()) <= window_) return CallbackAction::proceed;
+    history_.pop_front();
+    return history_.front() - history_.back() < tolerance_ ? CallbackAction::stop_converged : CallbackAction::proceed;
+  }
+
+ private:
+  double tolerance_;
+  index_t window_;
+  std::deque<double> history_;
+};
+
+/// Aborts the minimisation once `seconds` have elapsed; `triggered()` tells whether it did.
+class TimeLimit {
+ public:
+  explicit TimeLimit(double seconds) : seconds_(seconds) {}
+  CallbackAction on_iteration(const IterationSummary& s) {
+    triggered_ = s.elapsed > seconds_;
+    return triggered_ ? CallbackAction::abort : CallbackAction::proceed;
+  }
+  bool triggered() const { return triggered_; }
+
+ private:
+  double seconds_;
+  bool triggered_ = false;
+};
+
+/// Records every iteration's summary.
+class HistoryRecorder {
+ public:
+  void on_iteration(const IterationSummary& s) { history_.push_back(s); }
+  const std::vector<IterationSummary>& history() const { return history_; }
+
+ private:
+  std::vector<IterationSummary> history_;
+};
+
+}  // namespace fitlib

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+// Options of the trust-region outer loop: SciPy's defaults, plus the EDM convergence test.
+#pragma once
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "fitlib/core/types.hpp"
+
+namespace fitlib {
+
+/// The outer loop's options; the defaults are SciPy's (trust-region.md §1.1).
+struct TrustRegionOptions {
+  /// Δ₀ > 0 and strictly below max_radius.
+  double initial_radius = 1.0;
+  /// Δmax > 0; applies on expansion only.
+  double max_radius = 1000.0;
+  /// Acceptance threshold η ∈ [0, 0.25): a step is taken when ρ > η.
+  double eta = 0.15;
+  /// Converged when the Euclidean gradient norm is below gtol (≥ 0; 0 disables the test).
+  double gtol = 1e-4;
+  /// Converged when an accepted step off the boundary predicted a decrease below edm_tol: for such
+  /// a Newton-like step the predicted decrease is EDM = ½·gᵀH⁻¹g, the HEP convention
+  /// (rabbit, Minuit). ≥ 0; 0 disables the test (SciPy's behaviour).
+  double edm_tol = 0.0;
+  /// Outer iterations, rejected ones included; 0 = 200·n (SciPy's default).
+  index_t maxiter = 0;
+
+  void validate() const {
+    auto fail = [](const std::string& what) { throw std::invalid_argument("TrustRegionOptions::" + what); };
+    if (!(initial_radius > 0)) fail("initial_radius must be > 0, got " + std::to_string(initial_radius));
+    if (!(max_radius > 0)) fail("max_radius must be > 0, got " + std::to_string(max_radius));
+    if (!(initial_radius < max_radius))
+      fail("initial_radius must be < max_radius, got " + std::to_string(initial_radius) + " ≥ " + std::to_string(max_radius));
+    if (!(eta >= 0 && eta < 0.25)) fail("eta must be in [0, 0.25), got " + std::to_string(eta));
+    if (!(gtol >= 0)) fail("gtol must be ≥ 0, got " + std::to_string(gtol));
+    if (!(edm_tol >= 0)) fail("edm_tol must be ≥ 0, got " + std::to_string(edm_tol));
+    if (maxiter < 0) fail("maxiter must be ≥ 0 (0 = 200·n), got " + std::to_string(maxiter));
+  }
+};
+
+}  // namespace fitlib

@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: MIT
+// TrustRegion<Subproblem>: SciPy's trust-region outer loop, resumable, over any objective.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "fitlib/core/concepts.hpp"
+#include "fitlib/core/error.hpp"
+#include "fitlib/core/types.hpp"
+#include "fitlib/minimize/callbacks.hpp"
+#include "fitlib/minimize/options.hpp"
+#include "fitlib/minimize/status.hpp"
+#include "fitlib/minimize/subproblem.hpp"
+
+namespace fitlib {
+
+/// Objective evaluations of one minimisation.
+struct EvaluationCounts {
+  index_t values = 0;     ///< objective values (each came with a gradient)
+  index_t gradients = 0;  ///< gradients
+  index_t hvps = 0;       ///< Hessian-vector products
+  index_t hessians = 0;   ///< dense Hessians
+  /// The hessp calls SciPy would have made for the same iterates (trust-region.md §1.3, §6.8).
+  index_t scipy_hessp = 0;
+};
+
+/// Everything of one minimisation: the iterate, the trial point, the radius, the counters and the
+/// subproblem's workspace. A replica batch drives many of these in lock-step.
+template <class Sub>
+struct TrustRegionState {
+  std::vector<double> x, g, x_trial, g_trial, p;
+  std::vector<double> hessian;  ///< dense Hessian at x (`[n × n]`), for subproblems that need it
+  double f = std::numeric_limits<double>::quiet_NaN();
+  double f_trial = std::numeric_limits<double>::quiet_NaN();
+  double gradient_norm = std::numeric_limits<double>::quiet_NaN();
+  double radius = 0;
+  index_t iteration = 0;
+  index_t maxiter = 0;
+  FitStatus status = FitStatus::running;
+  EvaluationCounts counts;
+  IterationSummary last;  ///< the last iteration
+  Sub subproblem;
+  std::chrono::steady_clock::time_point start;
+
+  index_t size() const { return static_cast<index_t>(x.size()); }
+};
+
+namespace detail {
+inline double norm2(std::span<const double> v) {
+  double s = 0;
+  for (double a : v) s += a * a;
+  return std::sqrt(s);
+}
+
+/// The dense Hessian of `f` at x: the objective's own when it has one, else n HVPs in one call.
+template <objective F>
+void dense_hessian(F& f, std::span<const double> x, std::span<double> H, std::span<double> scratch_grad, double& value,
+                   EvaluationCounts& counts) {
+  const index_t n = static_cast<index_t>(x.size());
+  const ConstBlockView<double> X(x.data(), n, 1);
+  if constexpr (objective_with_hessian<F>) {
+    f.hessian(X, std::span(&value, 1), BlockView<double>(scratch_grad.data(), n, 1), BlockView<double>(H.data(), n, n));
+    ++counts.hessians;
+  } else {
+    std::vector<double> I(static_cast<std::size_t>(n * n), 0.0);
+    for (index_t i = 0; i < n; ++i) I[static_cast<std::size_t>(i * n + i)] = 1.0;
+    f.hessp(X, ConstBlockView<double>(I.data(), n, n), BlockView<double>(H.data(), n, n));
+    counts.hvps += n;
+  }
+}
+}  // namespace detail
+
+/// SciPy's trust-region outer loop (trust-region.md §1) with a pluggable subproblem, and two
+/// deliberate changes: a trial point whose objective or predicted reduction is not finite is
+/// rejected and the radius shrinks (§6.4; SciPy would repeat the step until maxiter), and an
+/// optional EDM convergence test. Non-convergence is a status, never an exception.
+///
+/// Resumable: `init` sets a state up, `step` does one iteration and returns the status (`running`
+/// until it stops), `run` iterates with callbacks. The object itself holds only options.
+template <trust_region_subproblem Sub>
+class TrustRegion {
+ public:
+  using subproblem_type = Sub;
+  using state_type = TrustRegionState<Sub>;
+
+  explicit TrustRegion(TrustRegionOptions opts = {}, Sub prototype = {}) : opts_(opts), prototype_(std::move(prototype)) {
+    opts_.validate();
+  }
+
+  const TrustRegionOptions& options() const { return opts_; }
+
+  /// Starts a minimisation of f at x0: evaluates f, g (and H for Exact) and sizes every buffer.
+  template <objective F>
+  void init(F& f, state_type& s, std::span<const double> x0) const {
+    const index_t n = static_cast<index_t>(x0.size());
+    if (n != static_cast<index_t>(f.size()))
+      throw usage_error("starting point has " + std::to_string(n) + " entries; the objective has " + std::to_string(f.size()) +
+                        " parameters");
+    s.x.assign(x0.begin(), x0.end());
+    s.g.assign(static_cast<std::size_t>(n), 0.0);
+    s.x_trial.assign(static_cast<std::size_t>(n), 0.0);
+    s.g_trial.assign(static_cast<std::size_t>(n), 0.0);
+    s.p.assign(static_cast<std::size_t>(n), 0.0);
+    s.hessian.assign(Sub::needs_hessian ? static_cast<std::size_t>(n * n) : 0, 0.0);
+    s.radius = opts_.initial_radius;
+    s.iteration = 0;
+    s.maxiter = opts_.maxiter > 0 ? opts_.maxiter : 200 * n;
+    s.status = FitStatus::running;
+    s.counts = {};
+    s.last = {};
+    s.subproblem = prototype_;
+    s.subproblem.reset(n);
+    s.start = std::chrono::steady_clock::now();
+    evaluate(f, s.x, s.f, s.g, s.counts);
+    s.gradient_norm = detail::norm2(s.g);
+    if (!std::isfinite(s.f) || !std::isfinite(s.gradient_norm)) {
+      s.status = FitStatus::not_finite;
+      return;
+    }
+    new_iterate(f, s);
+    if (s.gradient_norm < opts_.gtol) s.status = FitStatus::converged_gtol;
+  }
+
+  /// One outer iteration (trust-region.md §1.5); returns the status, `running` to go on.
+  template <objective F>
+  FitStatus step(F& f, state_type& s) const {
+    if (s.status != FitStatus::running) return s.status;
+    const index_t n = s.size();
+    auto hvp = [&](const double* v, double* Bv) {
+      f.hessp(ConstBlockView<double>(s.x.data(), n, 1), ConstBlockView<double>(v, n, 1), BlockView<double>(Bv, n, 1));
+      ++s.counts.hvps;
+    };
+    const SubproblemStep sp = s.subproblem.solve(s.radius, hvp, std::span<double>(s.p));
+    s.counts.scipy_hessp += sp.scipy_hvps;
+    if (sp.failed) return s.status = FitStatus::linalg_error;
+
+    for (index_t i = 0; i < n; ++i) s.x_trial[static_cast<std::size_t>(i)] = s.x[static_cast<std::size_t>(i)] + s.p[static_cast<std::size_t>(i)];
+    evaluate(f, s.x_trial, s.f_trial, s.g_trial, s.counts);
+    const double predicted = -sp.model, actual = s.f - s.f_trial;
+    double rho;
+    if (!std::isfinite(s.f_trial) || !std::isfinite(predicted)) {
+      rho = -std::numeric_limits<double>::infinity();  // reject and shrink (§6.4)
+    } else if (predicted <= 0) {
+      return s.status = FitStatus::bad_prediction;
+    } else {
+      rho = actual / predicted;
+    }
+
+    IterationSummary& it = s.last;
+    it = {};
+    it.f = s.f;
+    it.f_trial = s.f_trial;
+    it.edm = predicted;
+    it.radius = s.radius;
+    it.rho = rho;
+    it.step_norm = detail::norm2(s.p);
+    it.hits_boundary = sp.hits_boundary;
+    it.hvps = sp.hvps;
+    if (rho < 0.25)
+      s.radius *= 0.25;
+    else if (rho > 0.75 && sp.hits_boundary)
+      s.radius = std::min(2 * s.radius, opts_.max_radius);
+    it.accepted = rho > opts_.eta;
+    if (it.accepted) {
+      s.x.swap(s.x_trial);
+      s.g.swap(s.g_trial);
+      s.f = s.f_trial;
+      s.gradient_norm = detail::norm2(s.g);
+      new_iterate(f, s);
+    }
+    ++s.iteration;
+    it.iteration = s.iteration;
+    it.radius_next = s.radius;
+    it.gradient_norm = s.gradient_norm;
+    it.elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.start).count();
+
+    if (s.gradient_norm < opts_.gtol) return s.status = FitStatus::converged_gtol;
+    if (it.accepted && !sp.hits_boundary && predicted < opts_.edm_tol) return s.status = FitStatus::converged_edm;
+    if (s.iteration >= s.maxiter) return s.status = FitStatus::max_iterations;
+    return s.status;
+  }
+
+  /// Iterates until a stop; callbacks' hooks see every iteration and may stop or abort.
+  template <objective F, class... Callbacks>
+  FitStatus run(F& f, state_type& s, Callbacks&... callbacks) const {
+    if (s.status == FitStatus::running && detail::on_begin(callbacks...) != CallbackAction::proceed) s.status = FitStatus::aborted;
+    while (s.status == FitStatus::running) {
+      step(f, s);
+      if (s.status == FitStatus::linalg_error || s.status == FitStatus::bad_prediction) break;
+      const CallbackAction a = detail::on_iteration(s.last, callbacks...);
+      if (s.status != FitStatus::running) break;
+      if (a == CallbackAction::stop_converged) s.status = FitStatus::converged_callback;
+      if (a == CallbackAction::abort) s.status = FitStatus::aborted;
+    }
+    detail::on_end(s.status, callbacks...);
+    return s.status;
+  }
+
+ private:
+  template <objective F>
+  static void evaluate(F& f, std::span<const double> x, double& value, std::span<double> g, EvaluationCounts& counts) {
+    const index_t n = static_cast<index_t>(x.size());
+    f.value_grad(ConstBlockView<double>(x.data(), n, 1), std::span(&value, 1), BlockView<double>(g.data(), n, 1));
+    ++counts.values;
+    ++counts.gradients;
+  }
+
+  /// Hands the new iterate to the subproblem (with its dense Hessian where it needs one).
+  template <objective F>
+  static void new_iterate(F& f, state_type& s) {
+    const index_t n = s.size();
+    if constexpr (Sub::needs_hessian) {
+      double value = 0;
+      std::vector<double>& scratch = s.g_trial;  // g_trial is free between steps
+      detail::dense_hessian(f, s.x, s.hessian, scratch, value, s.counts);
+      s.subproblem.new_iterate(s.g, ConstBlockView<double>(s.hessian.data(), n, n));
+    } else {
+      s.subproblem.new_iterate(s.g, {});
+    }
+  }
+
+  TrustRegionOptions opts_;
+  Sub prototype_;
+};
+
+}  // namespace fitlib
