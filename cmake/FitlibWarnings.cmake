@@ -9,10 +9,11 @@ function(fitlib_target_warnings target)
     target_compile_options(${target} PRIVATE /W4 /WX /permissive-)
   else()
     target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Werror)
-    # GCC < 13 reports its own AVX-512 intrinsics (_mm256_undefined_pd's self-initialisation,
-    # GCC bug 105593) as maybe-uninitialized wherever Eigen inlines them: a false positive.
+    # GCC < 13 reports its own AVX-512 intrinsics (_mm512_undefined_pd's self-initialisation,
+    # GCC bug 105593) as (maybe-)uninitialized wherever Eigen inlines them: a false positive.
+    # clang builds keep both warnings.
     if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
-      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
     endif()
   endif()
   if(FITLIB_NATIVE AND NOT MSVC)

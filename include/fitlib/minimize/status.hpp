@@ -12,6 +12,8 @@ enum class FitStatus {
   converged_gtol,      ///< ‖g‖ < gtol (SciPy's status 0)
   converged_edm,       ///< an accepted Newton-like step predicted a decrease (EDM) below edm_tol
   converged_callback,  ///< a callback declared convergence (e.g. stalled improvement)
+  converged_precision, ///< a rejected step had predicted a decrease below f's rounding level
+
   max_iterations,      ///< the iteration limit was reached (SciPy's status 1)
   bad_prediction,      ///< the model predicted no decrease (SciPy's status 2)
   linalg_error,        ///< the subproblem could not compute a step (SciPy's status 3)
@@ -21,7 +23,8 @@ enum class FitStatus {
 
 /// Whether the status counts as a successful minimisation.
 constexpr bool converged(FitStatus s) {
-  return s == FitStatus::converged_gtol || s == FitStatus::converged_edm || s == FitStatus::converged_callback;
+  return s == FitStatus::converged_gtol || s == FitStatus::converged_edm || s == FitStatus::converged_callback ||
+         s == FitStatus::converged_precision;
 }
 
 constexpr std::string_view to_string(FitStatus s) {
@@ -30,6 +33,7 @@ constexpr std::string_view to_string(FitStatus s) {
     case FitStatus::converged_gtol: return "converged (gradient norm below gtol)";
     case FitStatus::converged_edm: return "converged (EDM below edm_tol)";
     case FitStatus::converged_callback: return "converged (declared by a callback)";
+    case FitStatus::converged_precision: return "converged (no decrease resolvable in double precision)";
     case FitStatus::max_iterations: return "maximum number of iterations reached";
     case FitStatus::bad_prediction: return "the quadratic model predicted no decrease";
     case FitStatus::linalg_error: return "linear-algebra failure in the subproblem";

@@ -180,6 +180,11 @@ class TrustRegion {
 
     if (s.gradient_norm < opts_.gtol) return s.status = FitStatus::converged_gtol;
     if (it.accepted && !sp.hits_boundary && predicted < opts_.edm_tol) return s.status = FitStatus::converged_edm;
+    // A rejected step that predicted a decrease below f's rounding level cannot be verified by any
+    // shorter step either; SciPy would shrink the radius until maxiter. The minimum is resolved as
+    // far as double precision allows (a gtol below the gradient's rounding noise cannot be met).
+    const double resolution = 4 * std::numeric_limits<double>::epsilon() * std::abs(s.f);
+    if (!it.accepted && predicted <= resolution) return s.status = FitStatus::converged_precision;
     if (s.iteration >= s.maxiter) return s.status = FitStatus::max_iterations;
     return s.status;
   }

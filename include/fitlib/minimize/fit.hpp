@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: MIT
+// fit(): minimise an objective, then the postfit covariance, uncertainties, EDM and a report.
+#pragma once
+
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fitlib/core/concepts.hpp"
+#include "fitlib/core/error.hpp"
+#include "fitlib/core/types.hpp"
+#include "fitlib/minimize/reparametrized.hpp"
+#include "fitlib/minimize/status.hpp"
+#include "fitlib/minimize/trust_region.hpp"
+#include "fitlib/postfit/covariance.hpp"
+
+namespace fitlib {
+
+/// How the minimizer's coordinates are scaled (a fixed change of variables, see Reparametrized).
+enum class Preconditioning {
+  none,      ///< the parameters as they are
+  diagonal,  ///< y_i = √H_ii·(x_i − x0_i) with the prefit Hessian's diagonal
+  cholesky,  ///< y = Lᵀ(x − x0) with L the Cholesky factor of the prefit Hessian (by blocks, see below)
+};
+
+struct FitOptions {
+  /// Starting point; empty = the objective's `default_parameters()`.
+  std::vector<double> x0;
+  /// Parameters held fixed: exact names or ECMAScript regular expressions matching whole names.
+  std::vector<std::string> frozen;
+  Preconditioning preconditioning = Preconditioning::none;
+  /// For `cholesky`: sizes of consecutive blocks of the free parameters factorised separately
+  /// (the cross-block curvature is ignored); empty = one block. The sizes must add up to the
+  /// number of free parameters.
+  std::vector<index_t> preconditioner_blocks;
+  /// Compute the covariance (inverse Hessian) at the minimum.
+  bool covariance = true;
+
+  void validate() const {
+    for (index_t b : preconditioner_blocks)
+      if (b < 1) throw std::invalid_argument("FitOptions::preconditioner_blocks must hold block sizes ≥ 1, got " + std::to_string(b));
+  }
+};
+
+/// The outcome of `fit`: parameters, uncertainties, covariance, statuses and counts.
+struct FitResult {
+  std::vector<std::string> names;
+  std::vector<double> x;              ///< parameters at the minimum
+  std::vector<double> x0;             ///< the starting point
+  std::vector<double> uncertainties;  ///< √diag(covariance); 0 for frozen parameters, NaN if unavailable
+  std::vector<double> covariance;     ///< `[n × n]` column-major; zero rows/columns for frozen parameters
+  std::vector<double> gradient;       ///< at the minimum
+  std::vector<bool> frozen;
+  double nll = std::numeric_limits<double>::quiet_NaN();
+  double edm = std::numeric_limits<double>::quiet_NaN();  ///< ½·gᵀ·C·g over the free parameters
+  FitStatus status = FitStatus::running;
+  CovarianceStatus covariance_status = CovarianceStatus::not_computed;
+  index_t iterations = 0;
+  EvaluationCounts counts;
+  double seconds = 0;
+
+  bool converged() const { return fitlib::converged(status); }
+  index_t index(const std::string& name) const {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name) return static_cast<index_t>(i);
+    throw usage_error("unknown parameter '" + name + "' in the fit result");
+  }
+
+  /// A human-readable table of the parameters (start, fitted ± σ) and the fit's summary.
+  std::string report() const {
+    std::string out;
+    char line[256];
+    std::snprintf(line, sizeof line, "%-28s %14s %14s %14s\n", "parameter", "start", "fitted", "uncertainty");
+    out += line;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (frozen[i])
+        std::snprintf(line, sizeof line, "%-28s %14.6g %14.6g %14s\n", names[i].c_str(), x0[i], x[i], "frozen");
+      else
+        std::snprintf(line, sizeof line, "%-28s %14.6g %14.6g %14.6g\n", names[i].c_str(), x0[i], x[i], uncertainties[i]);
+      out += line;
+    }
+    std::snprintf(line, sizeof line, "NLL %.10g   EDM %.3g   %s\ncovariance: %s\n", nll, edm, std::string(to_string(status)).c_str(),
+                  std::string(to_string(covariance_status)).c_str());
+    out += line;
+    std::snprintf(line, sizeof line, "%td iterations, %td values+gradients, %td HVPs, %td Hessians, %.3f s\n", iterations,
+                  counts.values, counts.hvps, counts.hessians, seconds);
+    out += line;
+    return out;
+  }
+};
+
+namespace detail {
+template <class F>
+std::vector<std::string> parameter_names_of(const F& f) {
+  if constexpr (requires { f.parameter_names(); }) {
+    const auto& names = f.parameter_names();
+    return {names.begin(), names.end()};
+  } else {
+    std::vector<std::string> names;
+    for (index_t i = 0; i < static_cast<index_t>(f.size()); ++i) names.push_back("x" + std::to_string(i));
+    return names;
+  }
+}
+
+inline std::vector<bool> frozen_mask(const std::vector<std::string>& names, const std::vector<std::string>& patterns) {
+  std::vector<bool> frozen(names.size(), false);
+  for (const auto& pattern : patterns) {
+    bool matched = false;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == pattern) frozen[i] = matched = true;
+    if (!matched) {
+      std::regex re;
+      try {
+        re = std::regex(pattern);
+      } catch (const std::regex_error& e) {
+        throw usage_error("frozen-parameter pattern '" + pattern + "' is neither a parameter name nor a valid regular expression (" +
+                          e.what() + ")");
+      }
+      for (std::size_t i = 0; i < names.size(); ++i)
+        if (std::regex_match(names[i], re)) frozen[i] = matched = true;
+    }
+    if (!matched) throw usage_error("frozen-parameter pattern '" + pattern + "' matches no parameter; check the name");
+  }
+  return frozen;
+}
+
+/// Dense Hessian of f at one point into H (`[n × n]`), with f and g; counted.
+template <objective F>
+void full_hessian(F& f, const std::vector<double>& x, double& value, std::vector<double>& g, std::vector<double>& H,
+                  EvaluationCounts& counts) {
+  const index_t n = static_cast<index_t>(x.size());
+  g.resize(static_cast<std::size_t>(n));
+  H.resize(static_cast<std::size_t>(n * n));
+  if constexpr (!objective_with_hessian<F>) {
+    f.value_grad(ConstBlockView<double>(x.data(), n, 1), std::span(&value, 1), BlockView<double>(g.data(), n, 1));
+    ++counts.values;
+    ++counts.gradients;
+  }
+  dense_hessian(f, x, H, g, value, counts);
+}
+
+/// The lower Cholesky factor of the free block of H, for the preconditioner; a block that is not
+/// positive definite falls back to its diagonal, and a non-positive diagonal entry to 1.
+inline Eigen::MatrixXd preconditioner_factor(const std::vector<double>& H, index_t n, const std::vector<index_t>& free,
+                                             Preconditioning kind, std::vector<index_t> blocks) {
+  const index_t m = static_cast<index_t>(free.size());
+  Eigen::MatrixXd L = Eigen::MatrixXd::Zero(m, m);
+  auto h = [&](index_t r, index_t c) {
+    return H[static_cast<std::size_t>(free[static_cast<std::size_t>(r)] + free[static_cast<std::size_t>(c)] * n)];
+  };
+  auto diagonal = [&](index_t b0, index_t b1) {
+    for (index_t i = b0; i < b1; ++i) L(i, i) = h(i, i) > 0 && std::isfinite(h(i, i)) ? std::sqrt(h(i, i)) : 1.0;
+  };
+  if (kind == Preconditioning::diagonal) {
+    diagonal(0, m);
+    return L;
+  }
+  if (blocks.empty()) blocks = {m};
+  index_t total = 0;
+  for (index_t b : blocks) total += b;
+  if (total != m)
+    throw usage_error("FitOptions::preconditioner_blocks add up to " + std::to_string(total) + " but there are " + std::to_string(m) +
+                      " free parameters");
+  index_t b0 = 0;
+  for (index_t b : blocks) {
+    Eigen::MatrixXd block(b, b);
+    for (index_t c = 0; c < b; ++c)
+      for (index_t r = 0; r < b; ++r) block(r, c) = h(b0 + r, b0 + c);
+    Eigen::LLT<Eigen::MatrixXd> llt(block);
+    if (llt.info() == Eigen::Success && block.allFinite())
+      L.block(b0, b0, b, b) = llt.matrixL();
+    else
+      diagonal(b0, b0 + b);
+    b0 += b;
+  }
+  return L;
+}
+}  // namespace detail
+
+/// Minimises `f` with `minimizer` from `options.x0` (or the objective's default point), holding the
+/// frozen parameters fixed and in the chosen preconditioned coordinates; then computes the
+/// covariance as the inverse Hessian of the free parameters at the minimum. Never throws for
+/// non-convergence: that is `FitResult::status`. Callbacks see every iteration.
+template <objective F, class Sub, class... Callbacks>
+FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options = {}, Callbacks&... callbacks) {
+  options.validate();
+  const auto t0 = std::chrono::steady_clock::now();
+  FitResult r;
+  r.names = detail::parameter_names_of(f);
+  const index_t n = static_cast<index_t>(f.size());
+  if (!options.x0.empty()) {
+    r.x0 = options.x0;
+  } else if constexpr (requires { f.default_parameters(); }) {
+    r.x0 = f.default_parameters();
+  } else {
+    throw usage_error("fit needs a starting point: set FitOptions::x0 (the objective has no default_parameters())");
+  }
+  if (static_cast<index_t>(r.x0.size()) != n)
+    throw usage_error("FitOptions::x0 has " + std::to_string(r.x0.size()) + " entries; the objective has " + std::to_string(n) + " parameters");
+  r.frozen = detail::frozen_mask(r.names, options.frozen);
+  std::vector<index_t> free;
+  for (index_t i = 0; i < n; ++i)
+    if (!r.frozen[static_cast<std::size_t>(i)]) free.push_back(i);
+  const index_t m = static_cast<index_t>(free.size());
+
+  Eigen::MatrixXd L;
+  EvaluationCounts extra;
+  if (options.preconditioning != Preconditioning::none && m > 0) {
+    double value;
+    std::vector<double> g, H;
+    detail::full_hessian(f, r.x0, value, g, H, extra);
+    L = detail::preconditioner_factor(H, n, free, options.preconditioning, options.preconditioner_blocks);
+  }
+  Reparametrized<F> reduced(f, r.x0, free, L);
+  typename TrustRegion<Sub>::state_type state;
+  const std::vector<double> y0(static_cast<std::size_t>(m), 0.0);
+  minimizer.init(reduced, state, y0);
+  minimizer.run(reduced, state, callbacks...);
+
+  r.x.resize(static_cast<std::size_t>(n));
+  reduced.to_full(ConstBlockView<double>(state.x.data(), m, 1), BlockView<double>(r.x.data(), n, 1));
+  r.status = state.status;
+  r.iterations = state.iteration;
+  r.counts = state.counts;
+  r.counts.values += extra.values;
+  r.counts.gradients += extra.gradients;
+  r.counts.hessians += extra.hessians;
+  r.counts.hvps += extra.hvps;
+
+  r.uncertainties.assign(static_cast<std::size_t>(n), 0.0);
+  r.covariance.assign(static_cast<std::size_t>(n * n), 0.0);
+  std::vector<double> H;
+  if (options.covariance) {
+    detail::full_hessian(f, r.x, r.nll, r.gradient, H, r.counts);
+    std::vector<double> hf(static_cast<std::size_t>(m * m)), cf(hf.size());
+    for (index_t c = 0; c < m; ++c)
+      for (index_t k = 0; k < m; ++k) hf[static_cast<std::size_t>(k + c * m)] = H[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
+    r.covariance_status = m > 0 ? covariance_from_hessian(ConstBlockView<double>(hf.data(), m, m), BlockView<double>(cf.data(), m, m))
+                                : CovarianceStatus::accurate;
+    double edm = 0;
+    for (index_t c = 0; c < m; ++c) {
+      const index_t jc = free[static_cast<std::size_t>(c)];
+      for (index_t k = 0; k < m; ++k) {
+        const index_t jk = free[static_cast<std::size_t>(k)];
+        const double ckc = cf[static_cast<std::size_t>(k + c * m)];
+        r.covariance[static_cast<std::size_t>(jk + jc * n)] = ckc;
+        edm += 0.5 * r.gradient[static_cast<std::size_t>(jk)] * ckc * r.gradient[static_cast<std::size_t>(jc)];
+      }
+      const double var = cf[static_cast<std::size_t>(c + c * m)];
+      r.uncertainties[static_cast<std::size_t>(jc)] = var >= 0 ? std::sqrt(var) : std::numeric_limits<double>::quiet_NaN();
+    }
+    r.edm = edm;
+  } else {
+    r.gradient.resize(static_cast<std::size_t>(n));
+    f.value_grad(ConstBlockView<double>(r.x.data(), n, 1), std::span(&r.nll, 1), BlockView<double>(r.gradient.data(), n, 1));
+    ++r.counts.values;
+    ++r.counts.gradients;
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace fitlib
