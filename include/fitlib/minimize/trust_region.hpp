@@ -87,7 +87,7 @@ class TrustRegion {
   using subproblem_type = Sub;
   using state_type = TrustRegionState<Sub>;
 
-  explicit TrustRegion(TrustRegionOptions opts = {}, Sub prototype = {}) : opts_(opts), prototype_(std::move(prototype)) {
+  explicit TrustRegion(TrustRegionOptions opts = {}, Sub prototype = Sub()) : opts_(opts), prototype_(std::move(prototype)) {
     opts_.validate();
   }
 
