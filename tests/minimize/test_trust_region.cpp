@@ -2,6 +2,7 @@
 // The trust-region outer loop against SciPy's recorded iterates, and its deliberate deviations.
 #include <catch2/catch.hpp>
 
+#include <fitlib/minimize/exact.hpp>
 #include <fitlib/minimize/steihaug_cg.hpp>
 #include <fitlib/minimize/trust_region.hpp>
 
@@ -71,6 +72,14 @@ TEST_CASE("SteihaugCG reproduces SciPy's trust-ncg iterates", "[minimize][scipy]
   replay("rosen2-trust-ncg-derivs_" + derivs + ".json", rosen2, SteihaugCG(), 1e-10);
   replay("rosen10-trust-ncg-derivs_" + derivs + ".json", rosen10, SteihaugCG(), 1e-10);
   replay("quad50-trust-ncg-derivs_" + derivs + ".json", q, SteihaugCG(), 1e-10);
+}
+
+TEST_CASE("Exact reproduces SciPy's trust-exact iterates (SciPy ≥ 1.18)", "[minimize][scipy]") {
+  test::Rosenbrock rosen2{2}, rosen10{10};
+  auto q = quad50();
+  replay("rosen2-trust-exact-derivs_hess-exact_impl_main.json", rosen2, Exact(), 1e-10);
+  replay("rosen10-trust-exact-derivs_hess-exact_impl_main.json", rosen10, Exact(), 1e-10);
+  replay("quad50-trust-exact-derivs_hess-exact_impl_main.json", q, Exact(), 1e-10);
 }
 
 TEST_CASE("a trial point with a non-finite objective is rejected and the radius shrinks", "[minimize]") {
