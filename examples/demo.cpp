@@ -30,11 +30,12 @@ int main() {
   for (double gi : g) gnorm += gi * gi;
   std::printf("prefit: reduced NLL %.6f, |gradient| %.4f\n", f0, std::sqrt(gnorm));
 
-  // The fit: trust region with truncated-CG steps, converged on EDM < 1e-8 (or ‖g‖ < 1e-6).
+  // The fit: trust region with GLTR (trust-krylov, rabbit's default) steps, converged on
+  // EDM < 1e-8 (or ‖g‖ < 1e-6).
   fitlib::TrustRegionOptions opts;
   opts.gtol = 1e-6;
   opts.edm_tol = 1e-8;
-  fitlib::TrustRegion<fitlib::SteihaugCG> minimizer(opts);
+  fitlib::TrustRegion<fitlib::Gltr> minimizer(opts);
   const fitlib::FitResult r = fitlib::fit(nll, minimizer);
 
   std::printf("\n%-14s %10s %22s %8s\n", "parameter", "prefit", "postfit", "pull");

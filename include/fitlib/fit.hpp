@@ -21,6 +21,7 @@
 #include "fitlib/minimize/subproblem.hpp"
 #include "fitlib/minimize/steihaug_cg.hpp"
 #include "fitlib/minimize/exact.hpp"
+#include "fitlib/minimize/gltr.hpp"
 #include "fitlib/minimize/trust_region.hpp"
 #include "fitlib/minimize/reparametrized.hpp"
 #include "fitlib/minimize/fit.hpp"

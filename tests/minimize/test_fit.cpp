@@ -55,7 +55,7 @@ TEST_CASE("fit: the covariance is the inverse Hessian at the minimum", "[fit]") 
   CHECK(r.report().find("signal") != std::string::npos);
 }
 
-TEMPLATE_TEST_CASE("fit: every subproblem, with and without preconditioning, reaches the same minimum", "[fit]", SteihaugCG, Exact) {
+TEMPLATE_TEST_CASE("fit: every subproblem, with and without preconditioning, reaches the same minimum", "[fit]", SteihaugCG, Exact, Gltr) {
   const auto kind = GENERATE(Preconditioning::none, Preconditioning::diagonal, Preconditioning::cholesky);
   const bool blocks = GENERATE(false, true);
   if (blocks && kind != Preconditioning::cholesky) return;
@@ -70,7 +70,7 @@ TEMPLATE_TEST_CASE("fit: every subproblem, with and without preconditioning, rea
   for (std::size_t i = 0; i < n * n; ++i) CHECK(std::abs(r.covariance[i] - reference_fit().covariance[i]) < 1e-6 * std::abs(reference_fit().covariance[i]) + 1e-12);
 }
 
-TEMPLATE_TEST_CASE("fit: on Asimov data every subproblem returns the generating values", "[fit]", SteihaugCG, Exact) {
+TEMPLATE_TEST_CASE("fit: on Asimov data every subproblem returns the generating values", "[fit]", SteihaugCG, Exact, Gltr) {
   SerialLikelihood nll(examples::demo_analysis(/*asimov=*/true));
   const FitResult r = fit(nll, TrustRegion<TestType>(tight()));
   REQUIRE(r.converged());
