@@ -171,4 +171,23 @@ TEST_CASE("options are validated with the field named", "[fit][validation]") {
   opts.preconditioning = Preconditioning::cholesky;
   opts.preconditioner_blocks = {2, 2};
   CHECK_THROWS_WITH(fit(nll, TrustRegion<SteihaugCG>(), opts), Catch::Matchers::Contains("add up to 4 but there are 8"));
+  opts.preconditioner_blocks.clear();
+  opts.reference_hessian = {1.0, 2.0};
+  CHECK_THROWS_WITH(fit(nll, TrustRegion<SteihaugCG>(), opts), Catch::Matchers::Contains("reference_hessian has 2 entries"));
+}
+
+TEST_CASE("fit: a preconditioner from a supplied reference Hessian", "[fit]") {
+  // The postfit Hessian of the reference fit, reused as the preconditioner of a new fit.
+  const FitResult& ref = reference_fit();
+  SerialLikelihood nll(examples::demo_analysis());
+  const index_t n = nll.size();
+  std::vector<double> f(1), g(static_cast<std::size_t>(n));
+  FitOptions opts;
+  opts.preconditioning = Preconditioning::cholesky;
+  opts.reference_hessian.resize(static_cast<std::size_t>(n * n));
+  nll.hessian(ConstBlockView<double>(ref.x.data(), n, 1), f, BlockView<double>(g.data(), n, 1),
+              BlockView<double>(opts.reference_hessian.data(), n, n));
+  const FitResult r = fit(nll, TrustRegion<Gltr>(tight()), opts);
+  check_same_minimum(r, ref);
+  CHECK(r.counts.hessians == 1);  // only the postfit one
 }

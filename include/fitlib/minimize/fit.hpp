@@ -36,6 +36,9 @@ struct FitOptions {
   /// Parameters held fixed: exact names or ECMAScript regular expressions matching whole names.
   std::vector<std::string> frozen;
   Preconditioning preconditioning = Preconditioning::none;
+  /// The Hessian the preconditioner is built from (`[n × n]`, column-major, all parameters); empty =
+  /// the Hessian at the starting point. A fit of many similar datasets can share one.
+  std::vector<double> reference_hessian;
   /// For `cholesky`: sizes of consecutive blocks of the free parameters factorised separately
   /// (the cross-block curvature is ignored); empty = one block. The sizes must add up to the
   /// number of free parameters.
@@ -213,9 +216,15 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   Eigen::MatrixXd L;
   EvaluationCounts extra;
   if (options.preconditioning != Preconditioning::none && m > 0) {
-    double value;
-    std::vector<double> g, H;
-    detail::full_hessian(f, r.x0, value, g, H, extra);
+    std::vector<double> H = options.reference_hessian;
+    if (H.empty()) {
+      double value;
+      std::vector<double> g;
+      detail::full_hessian(f, r.x0, value, g, H, extra);
+    } else if (static_cast<index_t>(H.size()) != n * n) {
+      throw usage_error("FitOptions::reference_hessian has " + std::to_string(H.size()) + " entries; it must be n × n = " +
+                        std::to_string(n * n));
+    }
     L = detail::preconditioner_factor(H, n, free, options.preconditioning, options.preconditioner_blocks);
   }
   Reparametrized<F> reduced(f, r.x0, free, L);
