@@ -4,12 +4,16 @@
 
 #include <fitlib/fit.hpp>
 
+#include "scipy_rosen.hpp"
+
+#include <algorithm>
 #include <span>
 #include <vector>
 
 namespace fitlib::test {
 
-/// scipy.optimize.rosen: Σ 100(x_{i+1} − x_i²)² + (1 − x_i)², with its exact gradient and Hessian.
+/// scipy.optimize.rosen: Σ 100(x_{i+1} − x_i²)² + (1 − x_i)², with SciPy's own gradient, Hessian and
+/// Hessian-vector product (scipy_rosen.hpp).
 struct Rosenbrock {
   index_t n;
   index_t size() const { return n; }
@@ -19,23 +23,7 @@ struct Rosenbrock {
     for (index_t i = 0; i + 1 < n; ++i) f += 100.0 * (x[i + 1] - x[i] * x[i]) * (x[i + 1] - x[i] * x[i]) + (1 - x[i]) * (1 - x[i]);
     return f;
   }
-  void grad_at(const double* x, double* g) const {
-    for (index_t i = 0; i < n; ++i) g[i] = 0;
-    for (index_t i = 0; i + 1 < n; ++i) {
-      const double t = x[i + 1] - x[i] * x[i];
-      g[i] += -400.0 * x[i] * t - 2.0 * (1 - x[i]);
-      g[i + 1] += 200.0 * t;
-    }
-  }
-  void hess_at(const double* x, double* H) const {  // column-major n×n
-    for (index_t i = 0; i < n * n; ++i) H[i] = 0;
-    for (index_t i = 0; i + 1 < n; ++i) {
-      H[i + i * n] += 1200.0 * x[i] * x[i] - 400.0 * x[i + 1] + 2.0;
-      H[(i + 1) + (i + 1) * n] += 200.0;
-      H[i + (i + 1) * n] += -400.0 * x[i];
-      H[(i + 1) + i * n] += -400.0 * x[i];
-    }
-  }
+  std::vector<double> at(const double* x) const { return {x, x + n}; }
 
   void value(ConstBlockView<double> X, std::span<double> f) const {
     for (index_t j = 0; j < X.cols; ++j) f[static_cast<std::size_t>(j)] = f_at(X.col(j));
@@ -43,23 +31,19 @@ struct Rosenbrock {
   void value_grad(ConstBlockView<double> X, std::span<double> f, BlockView<double> G) const {
     for (index_t j = 0; j < X.cols; ++j) {
       if (!f.empty()) f[static_cast<std::size_t>(j)] = f_at(X.col(j));
-      grad_at(X.col(j), G.col(j));
+      const auto g = rosen_grad(at(X.col(j)));
+      std::copy(g.begin(), g.end(), G.col(j));
     }
   }
   void hessp(ConstBlockView<double> X, ConstBlockView<double> V, BlockView<double> HV) const {
-    std::vector<double> H(static_cast<std::size_t>(n * n));
-    for (index_t k = 0; k < V.cols; ++k) {
-      hess_at(X.col(X.cols == 1 ? 0 : k), H.data());
-      for (index_t i = 0; i < n; ++i) {
-        double s = 0;
-        for (index_t j = 0; j < n; ++j) s += H[static_cast<std::size_t>(i + j * n)] * V(j, k);
-        HV(i, k) = s;
-      }
-    }
+    for (index_t k = 0; k < V.cols; ++k) rosen_hess_prod(at(X.col(X.cols == 1 ? 0 : k)), V.col(k), HV.col(k));
   }
   void hessian(ConstBlockView<double> X, std::span<double> f, BlockView<double> G, BlockView<double> Hs) const {
     value_grad(X, f, G);
-    for (index_t j = 0; j < X.cols; ++j) hess_at(X.col(j), Hs.col(j * n));
+    for (index_t j = 0; j < X.cols; ++j) {
+      const auto h = rosen_hess(at(X.col(j)));
+      std::copy(h.begin(), h.end(), Hs.col(j * n));
+    }
   }
 };
 

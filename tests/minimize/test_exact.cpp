@@ -14,6 +14,7 @@
 
 #include "fitlib/minimize/exact.hpp"
 #include "reference_data.hpp"
+#include "scipy_rosen.hpp"
 
 using namespace fitlib;
 using fitlib::test::load_reference;
@@ -106,29 +107,8 @@ GlobalSolution global_solution(const Vec& H, const Vec& g, double radius) {
   return s;
 }
 
-/// SciPy's rosen_der and rosen_hess (scipy/optimize/_optimize.py), same expression order.
-Vec rosen_grad(const Vec& x) {
-  const std::size_t n = x.size();
-  Vec d(n, 0.0);
-  for (std::size_t i = 1; i + 1 < n; ++i)
-    d[i] = 200 * (x[i] - x[i - 1] * x[i - 1]) - 400 * (x[i + 1] - x[i] * x[i]) * x[i] - 2 * (1 - x[i]);
-  d[0] = -400 * x[0] * (x[1] - x[0] * x[0]) - 2 * (1 - x[0]);
-  d[n - 1] = 200 * (x[n - 1] - x[n - 2] * x[n - 2]);
-  return d;
-}
-
-Vec rosen_hess(const Vec& x) {
-  const std::size_t n = x.size();
-  Vec H(n * n, 0.0);
-  for (std::size_t i = 0; i + 1 < n; ++i) {
-    H[i + (i + 1) * n] = -400 * x[i];
-    H[(i + 1) + i * n] = -(400 * x[i]);
-  }
-  H[0] = 1200 * x[0] * x[0] - 400 * x[1] + 2;
-  for (std::size_t i = 1; i + 1 < n; ++i) H[i + i * n] = 202 + 1200 * x[i] * x[i] - 400 * x[i + 1];
-  H[(n - 1) * (n + 1)] = 200;
-  return H;
-}
+using test::rosen_grad;
+using test::rosen_hess;
 
 /// |a − b| within rel·|b|, or abs near zero.
 bool close(double a, double b, double rel, double abs_tol) { return std::abs(a - b) <= std::max(rel * std::abs(b), abs_tol); }

@@ -9,6 +9,7 @@
 
 #include "fitlib/minimize/gltr.hpp"
 #include "reference_data.hpp"
+#include "scipy_rosen.hpp"
 
 namespace {
 
@@ -74,37 +75,9 @@ Dense rows_of(const nlohmann::json& rows) {
   return d;
 }
 
-// scipy.optimize.rosen_der / rosen_hess / rosen_hess_prod (SciPy 1.10.1), operation for operation.
-Vec rosen_grad(const Vec& x) {
-  const std::size_t n = x.size();
-  Vec g(n, 0.0);
-  for (std::size_t i = 1; i + 1 < n; ++i)
-    g[i] = 200 * (x[i] - x[i - 1] * x[i - 1]) - 400 * (x[i + 1] - x[i] * x[i]) * x[i] - 2 * (1 - x[i]);
-  g[0] = -400 * x[0] * (x[1] - x[0] * x[0]) - 2 * (1 - x[0]);
-  g[n - 1] = 200 * (x[n - 1] - x[n - 2] * x[n - 2]);
-  return g;
-}
-
-Dense rosen_hess(const Vec& x) {
-  const auto n = static_cast<index_t>(x.size());
-  Dense h{n, Vec(static_cast<std::size_t>(n * n), 0.0)};
-  for (index_t i = 0; i + 1 < n; ++i) {
-    h.a[i * n + i + 1] = -400 * x[i];
-    h.a[(i + 1) * n + i] = -(400 * x[i]);
-  }
-  h.a[0] = 1200 * (x[0] * x[0]) - 400 * x[1] + 2;
-  for (index_t i = 1; i + 1 < n; ++i) h.a[i * n + i] = 202 + 1200 * (x[i] * x[i]) - 400 * x[i + 1];
-  h.a[(n - 1) * n + n - 1] = 200;
-  return h;
-}
-
-void rosen_hess_prod(const Vec& x, const double* p, double* y) {
-  const std::size_t n = x.size();
-  y[0] = (1200 * (x[0] * x[0]) - 400 * x[1] + 2) * p[0] - 400 * x[0] * p[1];
-  for (std::size_t i = 1; i + 1 < n; ++i)
-    y[i] = -400 * x[i - 1] * p[i - 1] + (202 + 1200 * (x[i] * x[i]) - 400 * x[i + 1]) * p[i] - 400 * x[i] * p[i + 1];
-  y[n - 1] = -400 * x[n - 2] * p[n - 2] + 200 * p[n - 1];
-}
+Dense rosen_hess(const Vec& x) { return {static_cast<index_t>(x.size()), fitlib::test::rosen_hess(x)}; }
+using fitlib::test::rosen_grad;
+using fitlib::test::rosen_hess_prod;
 
 Dense quad50_matrix() { return rows_of(load_reference("scipy-trust-region/quad50_problem.json")["A"]); }
 
