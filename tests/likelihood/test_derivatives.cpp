@@ -137,3 +137,59 @@ TEST_CASE("derivatives stay exact at a squared POI of zero and with every count 
   CHECK(std::abs(g0[1] - central_difference([&](const std::vector<double>& y) { return std::vector<double>{nll.value(y)}; }, x, e, 1e-3)[0]) <
         1e-7 * std::abs(g0[1]));
 }
+
+TEST_CASE("POI priors and external terms: values and derivatives", "[likelihood][derivatives][external]") {
+  const bool linear_poi = GENERATE(false, true);
+  test::RandomModelSpec spec;
+  spec.signals = 2;
+  spec.procs = 4;
+  Model model = test::random_model(spec);
+  const Model plain = model;
+  model.poi_prior_weights = {4.0, 0.0};
+  model.poi_prior_centres = {1.1, 0.0};
+  ExternalTerm dense{"dense", {"syst1", "sig0", "syst3"}, {0.3, -0.2, 0.1}, {}, {}, {}};
+  dense.set_dense_hessian({2.0, 0.5, 0.0, 0.5, 1.5, -0.3, 0.0, -0.3, 1.0});
+  ExternalTerm sparse{"sparse", {"syst4", "syst2"}, {}, {0, 1, 0, 1}, {0, 1, 1, 0}, {3.0, 2.0, 0.7, 0.7}};
+  model.external_terms = {dense, sparse};
+  LikelihoodOptions opts;
+  opts.allow_negative_poi = linear_poi;
+  SerialLikelihood nll(model, {}, opts), base(plain, {}, opts);
+  const index_t n = nll.size();
+  const auto x = test::test_point(model, 5, linear_poi);
+
+  // The value: the data term plus the hand-computed global terms.
+  const double mu = linear_poi ? x[0] : x[0] * x[0];
+  const auto xi = [&](const char* name) { return x[static_cast<std::size_t>(nll.parameter_index(name))]; };
+  const double xd[] = {xi("syst1"), xi("sig0"), xi("syst3")}, Md[3][3] = {{2.0, 0.5, 0.0}, {0.5, 1.5, -0.3}, {0.0, -0.3, 1.0}};
+  double ext = 0.3 * xd[0] - 0.2 * xd[1] + 0.1 * xd[2];
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) ext += 0.5 * xd[a] * Md[a][b] * xd[b];
+  const double s4 = xi("syst4"), s2 = xi("syst2");
+  ext += 0.5 * (3.0 * s4 * s4 + 2.0 * s2 * s2 + 2 * 0.7 * s4 * s2);
+  CHECK(nll.value(x) == Approx(base.value(x) + 0.5 * 4.0 * (mu - 1.1) * (mu - 1.1) + ext).epsilon(1e-13));
+
+  auto gradient = [&](const std::vector<double>& y) {
+    std::vector<double> g(static_cast<std::size_t>(n));
+    nll.value_grad(y, g);
+    return g;
+  };
+  std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
+  nll.hessian(ConstBlockView<double>(x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
+  for (index_t i = 0; i < n; ++i) {
+    std::vector<double> e(static_cast<std::size_t>(n), 0.0);
+    e[static_cast<std::size_t>(i)] = 1.0;
+    const double h = 1e-3 * std::max(1.0, std::abs(x[static_cast<std::size_t>(i)]));
+    INFO("parameter " << i);
+    CHECK(std::abs(g[static_cast<std::size_t>(i)] -
+                   central_difference([&](const std::vector<double>& y) { return std::vector<double>{nll.value(y)}; }, x, e, h)[0]) <
+          1e-7 * (1 + std::abs(g[static_cast<std::size_t>(i)])));
+    CHECK(rel_error(std::vector<double>(H.begin() + i * n, H.begin() + (i + 1) * n), central_difference(gradient, x, e, h)) < 1e-7);
+  }
+  std::vector<double> v(static_cast<std::size_t>(n)), hv(v.size());
+  for (index_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = std::cos(static_cast<double>(i));
+  nll.hessp(ConstBlockView<double>(x.data(), n, 1), ConstBlockView<double>(v.data(), n, 1), BlockView<double>(hv.data(), n, 1));
+  std::vector<double> Hv(static_cast<std::size_t>(n), 0.0);
+  for (index_t j = 0; j < n; ++j)
+    for (index_t i = 0; i < n; ++i) Hv[static_cast<std::size_t>(i)] += H[static_cast<std::size_t>(i + j * n)] * v[static_cast<std::size_t>(j)];
+  CHECK(rel_error(hv, Hv) < 1e-12);
+}

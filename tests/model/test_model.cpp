@@ -156,6 +156,29 @@ TEST_CASE("bad input raises model_error naming the item", "[model][validation]")
   }
 }
 
+TEST_CASE("external terms and POI priors are validated", "[model][validation][external]") {
+  Model m = test::random_model({});
+  m.external_terms = {ExternalTerm{"ext", {"syst0", "jes"}, {}, {}, {}, {}}};
+  CHECK_THROWS_WITH(m.validate(), Contains("external term 'ext' names parameter 'jes'"));
+  m.external_terms = {ExternalTerm{"ext", {"syst0", "syst0"}, {}, {}, {}, {}}};
+  CHECK_THROWS_WITH(m.validate(), Contains("names parameter 'syst0' twice"));
+  m.external_terms = {ExternalTerm{"ext", {"syst0"}, {1.0, 2.0}, {}, {}, {}}};
+  CHECK_THROWS_WITH(m.validate(), Contains("gradient"));
+  m.external_terms = {ExternalTerm{"ext", {"syst0"}, {}, {0}, {1}, {1.0}}};
+  CHECK_THROWS_WITH(m.validate(), Contains("Hessian entry (0, 1) is outside its 1 parameters"));
+  ExternalTerm t{"ext", {"syst0", "syst1"}, {}, {}, {}, {}};
+  CHECK_THROWS_WITH(t.set_dense_hessian({1.0}), Contains("expected 2 × 2"));
+  m.external_terms = {ExternalTerm{"a", {"syst0"}, {}, {}, {}, {}}, ExternalTerm{"a", {"syst1"}, {}, {}, {}, {}}};
+  CHECK_THROWS_WITH(m.validate(), Contains("duplicate external term name 'a'"));
+  m.external_terms.clear();
+  m.poi_prior_weights = {1.0, 2.0};
+  m.poi_prior_centres = {1.0, 1.0};
+  CHECK_THROWS_WITH(m.validate(), Contains("Model::poi_prior_weights"));
+  m.poi_prior_weights = {-1.0};
+  m.poi_prior_centres = {1.0};
+  CHECK_THROWS_WITH(m.validate(), Contains("prior of POI 'sig0'"));
+}
+
 TEST_CASE("likelihood calls with the wrong shapes or options are rejected", "[likelihood][validation]") {
   SerialLikelihood nll(test::random_model({}));
   CHECK_THROWS_WITH(nll.value(std::vector{1.0, 2.0}), Contains("2 entries") && Contains("6 parameters"));

@@ -2,6 +2,8 @@
 // Likelihood<Shard>: the shards' data-term partials reduced in shard order, plus the global terms.
 #pragma once
 
+#include <array>
+#include <cmath>
 #include <memory>
 #include <span>
 #include <string>
@@ -20,8 +22,8 @@ namespace fitlib {
 
 /// The reduced negative log-likelihood of a binned model (rabbit-likelihood-and-format.md §3):
 /// the Poisson data term with the saturated offset, summed over the shards in shard-index order
-/// (so the result never depends on which shard finished first), plus the Gaussian constraints
-/// ½·w_s·(θ_s − θ₀_s)². Models `objective_with_hessian`.
+/// (so the result never depends on which shard finished first), plus the terms of the parameters
+/// alone: Gaussian constraints, POI priors and external terms. Models `objective_with_hessian`.
 template <class ShardT>
 class Likelihood {
  public:
@@ -36,6 +38,11 @@ class Likelihood {
     nparams_ = model_->nparams();
     npoi_ = model_->npoi();
     names_ = model_->parameter_names();
+    for (const auto& t : model_->external_terms) {
+      ResolvedTerm r{&t, {}};
+      for (const auto& name : t.parameters) r.index.push_back(parameter_index(name));
+      external_.push_back(std::move(r));
+    }
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
     for (const BinRange& r : partition_bins(*model_, k)) shards_.emplace_back(model_, r, policy, opts_);
     partial_.resize(shards_.size());
@@ -114,8 +121,8 @@ class Likelihood {
         shards_[k].hessian(x, j, k == 0 ? hj : BlockView<double>(buf.data(), n, n));
         if (k > 0) add(hj, ConstBlockView<double>(buf.data(), n, n));
       }
-      for (index_t s = 0; s < model_->nsyst(); ++s) hj(npoi_ + s, npoi_ + s) += model_->constraint_weights[static_cast<std::size_t>(s)];
     }
+    add_global_terms(x, {}, {}, {}, {}, hess);
   }
 
   // ---- conveniences for one parameter vector ---------------------------------------------
@@ -146,6 +153,11 @@ class Likelihood {
  private:
   struct Partials {
     std::vector<double> nll, grad, hvp, hess;
+  };
+  /// An external term with its parameter names resolved to indices.
+  struct ResolvedTerm {
+    const ExternalTerm* term;
+    std::vector<index_t> index;
   };
 
   ConstBlockView<double> column(std::span<const double> x) const {
@@ -191,26 +203,67 @@ class Likelihood {
       if (!g.empty()) add(g, ConstBlockView<double>(p.grad.data(), n, nx));
       if (nv > 0) add(hv, ConstBlockView<double>(p.hvp.data(), n, nv));
     }
-    add_constraints(x, v, f, g, hv);
+    add_global_terms(x, v, f, g, hv, {});
   }
 
-  /// ½·w·(θ − θ₀)² per constrained nuisance, its gradient and its (diagonal) Hessian.
-  void add_constraints(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f, BlockView<double> g,
-                       BlockView<double> hv) const {
-    const auto& w = model_->constraint_weights;
-    const auto& t0 = model_->theta0;
-    const index_t ns = model_->nsyst(), nv = v.empty() ? 0 : v.cols;
+  /// The terms that depend on parameters only, added once after the shards' data terms: the
+  /// Gaussian constraints ½·w_s·(θ_s − θ₀_s)², the POI priors ½·w_q·(μ_q − c_q)² with μ = r(x)
+  /// (rabbit-likelihood-and-format.md §3.2), and the external terms gᵀx_J + ½·x_Jᵀ·M·x_J (§3.5).
+  /// Each output is optional; `hess` holds one `[n × n]` block per column of x.
+  void add_global_terms(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f, BlockView<double> g,
+                        BlockView<double> hv, BlockView<double> hess) const {
+    const Model& m = *model_;
+    const index_t n = nparams_, ns = m.nsyst(), nv = v.empty() ? 0 : v.cols;
+    auto point_of = [&](index_t k) { return x.cols == 1 ? index_t{0} : k; };
     for (index_t j = 0; j < x.cols; ++j) {
-      double lc = 0;
+      double value = 0;
       for (index_t s = 0; s < ns; ++s) {
-        const double d = x(npoi_ + s, j) - t0[static_cast<std::size_t>(s)], ws = w[static_cast<std::size_t>(s)];
-        lc += 0.5 * ws * d * d;
-        if (!g.empty()) g(npoi_ + s, j) += ws * d;
+        const double d = x(npoi_ + s, j) - m.theta0[static_cast<std::size_t>(s)], w = m.constraint_weights[static_cast<std::size_t>(s)];
+        value += 0.5 * w * d * d;
+        if (!g.empty()) g(npoi_ + s, j) += w * d;
+        if (!hess.empty()) hess(npoi_ + s, j * n + npoi_ + s) += w;
       }
-      if (!f.empty()) f[static_cast<std::size_t>(j)] += lc;
+      for (index_t q = 0; q < npoi_ && !m.poi_prior_weights.empty(); ++q) {
+        const auto [w, d, d1, d2] = poi_prior(q, x(q, j));
+        value += 0.5 * w * d * d;
+        if (!g.empty()) g(q, j) += w * d * d1;
+        if (!hess.empty()) hess(q, j * n + q) += w * (d1 * d1 + d * d2);
+      }
+      for (const auto& t : external_) {
+        for (std::size_t a = 0; a < t.index.size(); ++a) {
+          const double xa = x(t.index[a], j);
+          if (!t.term->gradient.empty()) {
+            value += t.term->gradient[a] * xa;
+            if (!g.empty()) g(t.index[a], j) += t.term->gradient[a];
+          }
+        }
+        for (std::size_t e = 0; e < t.term->hessian_values.size(); ++e) {
+          const index_t r = t.index[static_cast<std::size_t>(t.term->hessian_rows[e])], c = t.index[static_cast<std::size_t>(t.term->hessian_cols[e])];
+          const double mv = t.term->hessian_values[e];
+          value += 0.5 * x(r, j) * mv * x(c, j);
+          if (!g.empty()) g(r, j) += mv * x(c, j);
+          if (!hess.empty()) hess(r, j * n + c) += mv;
+        }
+      }
+      if (!f.empty()) f[static_cast<std::size_t>(j)] += value;
     }
-    for (index_t k = 0; k < nv; ++k)
-      for (index_t s = 0; s < ns; ++s) hv(npoi_ + s, k) += w[static_cast<std::size_t>(s)] * v(npoi_ + s, k);
+    for (index_t k = 0; k < nv; ++k) {
+      for (index_t s = 0; s < ns; ++s) hv(npoi_ + s, k) += m.constraint_weights[static_cast<std::size_t>(s)] * v(npoi_ + s, k);
+      for (index_t q = 0; q < npoi_ && !m.poi_prior_weights.empty(); ++q) {
+        const auto [w, d, d1, d2] = poi_prior(q, x(q, point_of(k)));
+        hv(q, k) += w * (d1 * d1 + d * d2) * v(q, k);
+      }
+      for (const auto& t : external_)
+        for (std::size_t e = 0; e < t.term->hessian_values.size(); ++e)
+          hv(t.index[static_cast<std::size_t>(t.term->hessian_rows[e])], k) +=
+              t.term->hessian_values[e] * v(t.index[static_cast<std::size_t>(t.term->hessian_cols[e])], k);
+    }
+  }
+
+  /// POI q's prior weight, μ − c, and dμ/dx, d²μ/dx² at parameter value x.
+  std::array<double, 4> poi_prior(index_t q, double xq) const {
+    const auto r = detail::poi_strength(xq, opts_.allow_negative_poi);
+    return {model_->poi_prior_weights[static_cast<std::size_t>(q)], r.r - model_->poi_prior_centres[static_cast<std::size_t>(q)], r.dr, r.d2r};
   }
 
   static double* sized(std::vector<double>& buf, index_t n) {
@@ -222,6 +275,7 @@ class Likelihood {
   LikelihoodOptions opts_;
   index_t nparams_ = 0, npoi_ = 0;
   std::vector<std::string> names_;
+  std::vector<ResolvedTerm> external_;
   std::vector<ShardT> shards_;
   std::vector<Partials> partial_;
 };

@@ -2,6 +2,7 @@
 // The host-side binned model: channels, processes, systematics, templates, data and constraints.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -41,6 +42,35 @@ struct Systematic {
   std::string name;
 };
 
+/// An external likelihood term gᵀx_J + ½·x_Jᵀ·M·x_J on named parameters (rabbit-likelihood-and-format.md
+/// §1.6, §3.5), e.g. a prefit Hessian from another measurement. M is symmetric and stored as its
+/// non-zero entries (row, column, value) over the term's own parameter order, both triangles.
+struct ExternalTerm {
+  std::string name;
+  std::vector<std::string> parameters;  ///< the names J, resolved against the model's parameters
+  std::vector<double> gradient;         ///< g, `[m]`, or empty
+  std::vector<index_t> hessian_rows, hessian_cols;
+  std::vector<double> hessian_values;   ///< M's non-zero entries, or empty
+
+  /// M given densely (`[m × m]`, column-major): keeps its non-zero entries.
+  void set_dense_hessian(const std::vector<double>& M) {
+    const index_t m = static_cast<index_t>(parameters.size());
+    if (static_cast<index_t>(M.size()) != m * m)
+      throw model_error("external term '" + name + "': the dense Hessian has " + std::to_string(M.size()) + " entries, expected " +
+                        std::to_string(m) + " × " + std::to_string(m));
+    hessian_rows.clear();
+    hessian_cols.clear();
+    hessian_values.clear();
+    for (index_t c = 0; c < m; ++c)
+      for (index_t r = 0; r < m; ++r)
+        if (const double v = M[static_cast<std::size_t>(r + c * m)]; v != 0) {
+          hessian_rows.push_back(r);
+          hessian_cols.push_back(c);
+          hessian_values.push_back(v);
+        }
+  }
+};
+
 /// The complete binned model, in rabbit's layout (rabbit-likelihood-and-format.md §1.1–1.3):
 /// bins of all channels concatenated, unmasked channels first and masked ones at the tail;
 /// `nominal` is `N[b, p]` row-major over `[nbins_full × nprocs]`; `logk` is `K[b, p, s]`
@@ -60,6 +90,10 @@ struct Model {
   std::vector<double> constraint_weights; ///< constraint weights (1 rabbit's default, 0 unconstrained)
   std::vector<double> poi_default;        ///< signal strength μ at the default point, `[npoi]`
   bool allow_negative_yields = false;     ///< accept N[b, p] < 0 (rabbit: allow_negative_expectation)
+  /// Gaussian priors ½·w_q·(μ_q − c_q)² on the signal strengths μ = r(x) (rabbit's POI priors); either
+  /// both empty or `[npoi]` each, weight 0 = no prior.
+  std::vector<double> poi_prior_weights, poi_prior_centres;
+  std::vector<ExternalTerm> external_terms;
 
   index_t nprocs() const { return static_cast<index_t>(processes.size()); }
   index_t nsyst() const { return static_cast<index_t>(systematics.size()); }
@@ -204,6 +238,42 @@ inline void Model::validate() const {
     if (!p.signal) continue;
     const double mu = poi_default[static_cast<std::size_t>(q++)];
     if (!std::isfinite(mu)) throw model_error("default signal strength of '" + p.name + "' is not finite");
+  }
+  if (!poi_prior_weights.empty() || !poi_prior_centres.empty()) {
+    detail::require_size(poi_prior_weights.size(), npoi(), "poi_prior_weights", "empty, or one entry per signal process");
+    detail::require_size(poi_prior_centres.size(), npoi(), "poi_prior_centres", "empty, or one entry per signal process");
+    const auto names = parameter_names();
+    for (index_t i = 0; i < npoi(); ++i) {
+      const double w = poi_prior_weights[static_cast<std::size_t>(i)], c = poi_prior_centres[static_cast<std::size_t>(i)];
+      if (!std::isfinite(w) || w < 0 || !std::isfinite(c))
+        throw model_error("prior of POI '" + names[static_cast<std::size_t>(i)] + "' has weight " + std::to_string(w) + " and centre " +
+                          std::to_string(c) + "; use a finite weight ≥ 0 and a finite centre");
+    }
+  }
+  const auto names = parameter_names();
+  std::set<std::string> term_names;
+  for (const auto& t : external_terms) {
+    if (!term_names.insert(t.name).second) throw model_error("duplicate external term name '" + t.name + "'");
+    const auto m = t.parameters.size();
+    std::set<std::string> seen;
+    for (const auto& name : t.parameters) {
+      if (std::find(names.begin(), names.end(), name) == names.end())
+        throw model_error("external term '" + t.name + "' names parameter '" + name +
+                          "', which the model does not have; its parameters are the signal processes and systematics");
+      if (!seen.insert(name).second) throw model_error("external term '" + t.name + "' names parameter '" + name + "' twice");
+    }
+    if (!t.gradient.empty()) detail::require_size(t.gradient.size(), static_cast<index_t>(m), "external_terms[].gradient", "one entry per parameter of the term");
+    if (t.hessian_rows.size() != t.hessian_values.size() || t.hessian_cols.size() != t.hessian_values.size())
+      throw model_error("external term '" + t.name + "': the Hessian's rows, columns and values differ in length");
+    for (double g : t.gradient)
+      if (!std::isfinite(g)) throw model_error("external term '" + t.name + "' has a non-finite gradient entry");
+    for (std::size_t k = 0; k < t.hessian_values.size(); ++k) {
+      const index_t r = t.hessian_rows[k], c = t.hessian_cols[k];
+      if (r < 0 || c < 0 || r >= static_cast<index_t>(m) || c >= static_cast<index_t>(m))
+        throw model_error("external term '" + t.name + "': Hessian entry (" + std::to_string(r) + ", " + std::to_string(c) +
+                          ") is outside its " + std::to_string(m) + " parameters");
+      if (!std::isfinite(t.hessian_values[k])) throw model_error("external term '" + t.name + "' has a non-finite Hessian entry");
+    }
   }
 }
 
