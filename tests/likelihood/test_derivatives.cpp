@@ -30,8 +30,9 @@ TEST_CASE("derivatives match central finite differences for every feature combin
   const auto type = GENERATE(SystematicType::log_normal, SystematicType::normal);
   const bool linear_poi = GENERATE(false, true);
   const index_t unconstrained = GENERATE(index_t{0}, index_t{2});
+  const auto data_term = GENERATE(DataTerm::poisson, DataTerm::chisq);
   const Case c{asymmetric, type, linear_poi, unconstrained};
-  INFO(describe(c));
+  INFO(describe(c) << (data_term == DataTerm::chisq ? ", χ²" : ", Poisson"));
 
   test::RandomModelSpec spec;
   spec.asymmetric = asymmetric;
@@ -42,9 +43,11 @@ TEST_CASE("derivatives match central finite differences for every feature combin
   spec.nsyst = 7;
   spec.mu_default = 1.2;
   spec.seed = 7 + static_cast<std::uint64_t>(asymmetric) + 2 * static_cast<std::uint64_t>(type == SystematicType::normal);
-  const Model model = test::random_model(spec);
+  Model model = test::random_model(spec);
+  for (double n : model.data) model.data_variance.push_back(std::max(n, 1.0) * 1.3);  // the n = 0 bins need a variance
   LikelihoodOptions opts;
   opts.allow_negative_poi = linear_poi;
+  opts.data_term = data_term;
   SerialLikelihood nll(model, {}, opts);
   const index_t n = nll.size();
 

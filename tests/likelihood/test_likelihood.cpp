@@ -65,6 +65,26 @@ TEST_CASE("values of tiny hand-computed models", "[likelihood]") {
     CHECK(nll.value(std::vector{x, t, 0.3}) == Approx(poisson_reduced(nu, n) + 0.5 * t * t).epsilon(1e-12));
   }
 
+  SECTION("χ² with the data's variances, as rabbit's --chisqFit") {
+    Model m = build(SystematicType::log_normal);
+    LikelihoodOptions opts;
+    opts.data_term = DataTerm::chisq;
+    SerialLikelihood nll(m, {}, opts);
+    const double t = 0.8, x = 1.1, K = 0.5 * (std::log(1.10) - std::log(0.95)), H = 0.5 * (std::log(1.10) + std::log(0.95));
+    const double nu = x * x * s * std::exp(0.3 * std::log(1.2)) + b * std::exp(t * (K + H));
+    CHECK(nll.value(std::vector{x, t, 0.3}) == Approx(0.5 * (nu - n) * (nu - n) / n + 0.5 * t * t).epsilon(1e-14));
+    m.data_variance = {25.0};  // hdata_var, used where rabbit would use n
+    SerialLikelihood with_var(m, {}, opts);
+    CHECK(with_var.value(std::vector{x, t, 0.3}) == Approx(0.5 * (nu - n) * (nu - n) / 25.0 + 0.5 * t * t).epsilon(1e-14));
+    with_var.set_data(std::vector{17.0}, std::vector{4.0});
+    CHECK(with_var.value(std::vector{x, t, 0.3}) == Approx(0.5 * (nu - n) * (nu - n) / 4.0 + 0.5 * t * t).epsilon(1e-14));
+    CHECK_THROWS_WITH(with_var.set_data(std::vector{17.0}, std::vector{0.0}),
+                      Catch::Matchers::Contains("positive variance") && Catch::Matchers::Contains("channel 'sr' bin 0"));
+    m.data_variance.clear();
+    m.data = {0.0};
+    CHECK_THROWS_WITH(SerialLikelihood(m, {}, opts), Catch::Matchers::Contains("DataTerm::poisson or supply variances"));
+  }
+
   SECTION("a bin with n = 0 contributes its expectation") {
     ModelBuilder mb;
     mb.add_channel("c", 2).add_process("bkg").set_nominal("c", "bkg", std::vector{3.0, 5.0}).set_data("c", std::vector{0.0, 5.0});

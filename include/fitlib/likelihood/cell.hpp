@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "fitlib/config.hpp"
+#include "fitlib/likelihood/options.hpp"
 #include "fitlib/model/model.hpp"
 
 namespace fitlib::detail {
@@ -42,18 +43,30 @@ FITLIB_HOST_DEVICE inline CellYield cell_yield(SystematicType type, double nomin
   return {s.r * nominal + r0 * L, s.dr * nominal, r0, 0.0, 0.0, s.d2r * nominal};
 }
 
-/// One bin's reduced Poisson term ν − n − n(ln ν − ln n), zero at ν = n (the saturated offset,
-/// §3.1); for n = 0 the log term is dropped. A non-positive ν with n > 0 gives +∞.
-struct PoissonTerm {
+/// One bin's data term with its first two derivatives in ν.
+struct BinTerm {
   double nll;  ///< the term
-  double w;    ///< ∂/∂ν = 1 − n/ν
-  double d2;   ///< ∂²/∂ν² = n/ν²
+  double w;    ///< ∂/∂ν
+  double d2;   ///< ∂²/∂ν²
 };
 
-FITLIB_HOST_DEVICE inline PoissonTerm poisson_term(double nu, double n, double log_n) {
+/// The reduced Poisson term ν − n − n(ln ν − ln n), zero at ν = n (the saturated offset, §3.1); for
+/// n = 0 the log term is dropped. A non-positive ν with n > 0 gives +∞.
+FITLIB_HOST_DEVICE inline BinTerm poisson_term(double nu, double n, double log_n) {
   if (n == 0) return {nu, 1.0, 0.0};
   if (!(nu > 0)) return {std::numeric_limits<double>::infinity(), 1.0 - n / nu, n / (nu * nu)};
   return {nu - n - n * (std::log(nu) - log_n), 1.0 - n / nu, n / (nu * nu)};
+}
+
+/// ½(ν − n)²/σ², given 1/σ².
+FITLIB_HOST_DEVICE inline BinTerm chisq_term(double nu, double n, double inverse_variance) {
+  const double r = nu - n;
+  return {0.5 * r * r * inverse_variance, r * inverse_variance, inverse_variance};
+}
+
+/// The bin's term; `aux` is ln n (Poisson) or 1/σ² (χ²), precomputed with the data.
+FITLIB_HOST_DEVICE inline BinTerm data_term(DataTerm kind, double nu, double n, double aux) {
+  return kind == DataTerm::poisson ? poisson_term(nu, n, aux) : chisq_term(nu, n, aux);
 }
 
 }  // namespace fitlib::detail

@@ -43,6 +43,8 @@ class Likelihood {
       for (const auto& name : t.parameters) r.index.push_back(parameter_index(name));
       external_.push_back(std::move(r));
     }
+    if (opts_.data_term == DataTerm::chisq)
+      check_variances(model_->data_variance.empty() ? model_->data : model_->data_variance);
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
     for (const BinRange& r : partition_bins(*model_, k)) shards_.emplace_back(model_, r, policy, opts_);
     partial_.resize(shards_.size());
@@ -76,19 +78,24 @@ class Likelihood {
     return x;
   }
 
-  /// Replaces the observed counts of the unmasked bins (`[nbins]`).
-  void set_data(std::span<const double> counts) {
-    if (static_cast<index_t>(counts.size()) != model_->nbins())
-      throw usage_error("set_data needs " + std::to_string(model_->nbins()) + " counts (one per unmasked bin), got " +
-                        std::to_string(counts.size()));
+  /// Replaces the observed counts of the unmasked bins (`[nbins]`) and, for the χ² term, their
+  /// variances (empty = the counts themselves, as rabbit).
+  void set_data(std::span<const double> counts, std::span<const double> variances = {}) {
+    const auto nb = static_cast<std::size_t>(model_->nbins());
+    if (counts.size() != nb || (!variances.empty() && variances.size() != nb))
+      throw usage_error("set_data needs " + std::to_string(nb) + " counts (one per unmasked bin) and as many variances or none, got " +
+                        std::to_string(counts.size()) + " and " + std::to_string(variances.size()));
     for (std::size_t i = 0; i < counts.size(); ++i)
       if (!std::isfinite(counts[i]) || counts[i] < 0)
         throw usage_error("observed count in " + model_->describe_bin(static_cast<index_t>(i)) + " is " +
                           std::to_string(counts[i]) + "; counts must be finite and non-negative");
+    if (variances.empty()) variances = counts;
+    if (opts_.data_term == DataTerm::chisq) check_variances(variances);
     for (auto& s : shards_) {
       const BinRange r = s.bins();
-      const index_t b1 = std::min(r.end, model_->nbins());
-      s.set_data(counts.subspan(static_cast<std::size_t>(std::min(r.begin, b1)), static_cast<std::size_t>(b1 - std::min(r.begin, b1))));
+      const index_t b1 = std::min(r.end, model_->nbins()), b0 = std::min(r.begin, b1);
+      const auto mine = [&](std::span<const double> v) { return v.subspan(static_cast<std::size_t>(b0), static_cast<std::size_t>(b1 - b0)); };
+      s.set_data(mine(counts), mine(variances));
     }
   }
 
@@ -159,6 +166,15 @@ class Likelihood {
     const ExternalTerm* term;
     std::vector<index_t> index;
   };
+
+  /// The χ² term divides by every unmasked bin's variance.
+  void check_variances(std::span<const double> variances) const {
+    for (std::size_t b = 0; b < variances.size(); ++b)
+      if (!(variances[b] > 0) || !std::isfinite(variances[b]))
+        throw usage_error("the χ² data term needs a positive variance in every unmasked bin, but " +
+                          model_->describe_bin(static_cast<index_t>(b)) + " has " + std::to_string(variances[b]) +
+                          "; use DataTerm::poisson or supply variances");
+  }
 
   ConstBlockView<double> column(std::span<const double> x) const {
     if (static_cast<index_t>(x.size()) != nparams_)

@@ -9,7 +9,15 @@
 
 namespace fitlib {
 
+/// The data term of the unmasked bins (rabbit-likelihood-and-format.md §3.1).
+enum class DataTerm {
+  poisson,  ///< reduced Poisson: ν − n − n·(ln ν − ln n), with rabbit's n = 0 convention
+  chisq,    ///< ½·(ν − n)²/σ² with σ² the data variances (rabbit's --chisqFit)
+};
+
 struct LikelihoodOptions {
+  /// The data term; `chisq` needs every unmasked bin's variance to be positive.
+  DataTerm data_term = DataTerm::poisson;
   /// POIs act linearly, μ = x (rabbit's --allowNegativeParam). Default: μ = x², so μ ≥ 0 and the
   /// stored parameter is √μ (rabbit-likelihood-and-format.md §2.1).
   bool allow_negative_poi = false;

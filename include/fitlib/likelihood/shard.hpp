@@ -55,7 +55,7 @@ class Shard<Policy, storage::Dense> {
   using policy_type = Policy;
 
   Shard(std::shared_ptr<const Model> model, BinRange bins, Policy policy = {}, const LikelihoodOptions& opts = {})
-      : model_(std::move(model)), policy_(policy), range_(bins), linear_poi_(opts.allow_negative_poi),
+      : model_(std::move(model)), policy_(policy), range_(bins), linear_poi_(opts.allow_negative_poi), data_term_(opts.data_term),
         hessian_block_rows_(opts.hessian_block_rows) {
     const Model& m = *model_;
     type_ = m.systematic_type;
@@ -71,8 +71,10 @@ class Shard<Policy, storage::Dense> {
     nominal_ = m.nominal.data() + bins.begin * nprocs_;
     logk_ = m.logk.data() + bins.begin * nprocs_ * ncoef_;
     ndata_ = std::max<index_t>(0, std::min(bins.end, m.nbins()) - bins.begin);
-    set_data(std::span(m.data).subspan(static_cast<std::size_t>(std::min(bins.begin, m.nbins())),
-                                       static_cast<std::size_t>(ndata_)));
+    const auto mine = [&](const std::vector<double>& v) {
+      return std::span(v).subspan(static_cast<std::size_t>(std::min(bins.begin, m.nbins())), static_cast<std::size_t>(ndata_));
+    };
+    set_data(mine(m.data), mine(m.data_variance.empty() ? m.data : m.data_variance));
     poi_of_process_ = m.poi_of_process();
     for (index_t p = 0; p < nprocs_; ++p) {
       const index_t q = poi_of_process_[static_cast<std::size_t>(p)];
@@ -84,14 +86,17 @@ class Shard<Policy, storage::Dense> {
   BinRange bins() const { return range_; }
   index_t nparams() const { return nparams_; }
 
-  /// Replaces the observed counts of this shard's unmasked bins (toys, Asimov, data replicas).
-  void set_data(std::span<const double> counts) {
-    if (static_cast<index_t>(counts.size()) != ndata_)
+  /// Replaces the observed counts of this shard's unmasked bins (toys, Asimov, data replicas) and
+  /// their variances (used by the χ² term only; the caller has checked them).
+  void set_data(std::span<const double> counts, std::span<const double> variances) {
+    if (static_cast<index_t>(counts.size()) != ndata_ || variances.size() != counts.size())
       throw usage_error("shard over bins [" + std::to_string(range_.begin) + ", " + std::to_string(range_.end) + ") needs " +
-                        std::to_string(ndata_) + " observed counts, got " + std::to_string(counts.size()));
+                        std::to_string(ndata_) + " observed counts and variances, got " + std::to_string(counts.size()) + " and " +
+                        std::to_string(variances.size()));
     data_.assign(counts.begin(), counts.end());
-    log_data_.resize(data_.size());
-    for (std::size_t i = 0; i < data_.size(); ++i) log_data_[i] = data_[i] > 0 ? std::log(data_[i]) : 0.0;
+    aux_.resize(data_.size());
+    for (std::size_t i = 0; i < data_.size(); ++i)
+      aux_[i] = data_term_ == DataTerm::poisson ? (data_[i] > 0 ? std::log(data_[i]) : 0.0) : 1.0 / variances[i];
   }
 
   /// Data-term NLL, gradient and Hessian-vector products of this shard's bins (see PartialRequest).
@@ -113,7 +118,7 @@ class Shard<Policy, storage::Dense> {
     // Prefetch distance: the bin about 128 KiB ahead (at least the next one).
     const index_t ahead = std::clamp<index_t>((index_t{1} << 17) / std::max<index_t>(1, 8 * P * ncoef_), 1, 64);
     for (index_t i = 0; i < ndata_; ++i) {
-      const double n = data_[static_cast<std::size_t>(i)], log_n = log_data_[static_cast<std::size_t>(i)];
+      const double n = data_[static_cast<std::size_t>(i)], aux = aux_[static_cast<std::size_t>(i)];
       // Forward: every column's and direction's L for the bin's cells.
       const double* rows = logk_ + i * P * ncoef_;
       // The next bin's rows are requested during the backward pass, or here when there is none.
@@ -125,7 +130,7 @@ class Shard<Policy, storage::Dense> {
           cy[p + j * P] = detail::cell_yield(type_, nominal_[i * P + p], L[p + j * P], strength(p, j), r0_[static_cast<std::size_t>(p)]);
           nu_b += cy[p + j * P].nu;
         }
-        const auto t = detail::poisson_term(nu_b, n, log_n);
+        const auto t = detail::data_term(data_term_, nu_b, n, aux);
         if (rq.nll) rq.nll[j] += t.nll;
         w_[static_cast<std::size_t>(j)] = t.w;
         d2_[static_cast<std::size_t>(j)] = t.d2;
@@ -214,7 +219,7 @@ class Shard<Policy, storage::Dense> {
               detail::cell_yield(type_, nominal_[i * P + p], detail::dot(row, coef_.data(), ncoef_), strength(p, 0), r0_[static_cast<std::size_t>(p)]);
           nu_b += cells_[static_cast<std::size_t>(p)].nu;
         }
-        const auto t = detail::poisson_term(nu_b, data_[static_cast<std::size_t>(i)], log_data_[static_cast<std::size_t>(i)]);
+        const auto t = detail::data_term(data_term_, nu_b, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)]);
         weight[static_cast<std::size_t>(ib)] = t.d2;
         for (index_t p = 0; p < P; ++p) {
           const auto& c = cells_[static_cast<std::size_t>(p)];
@@ -317,13 +322,14 @@ class Shard<Policy, storage::Dense> {
   Policy policy_;
   BinRange range_;
   bool linear_poi_;
+  DataTerm data_term_;
   index_t hessian_block_rows_;
   SystematicType type_;
   bool symmetric_;
   index_t nprocs_, nsyst_, ncoef_, npoi_, nparams_, ndata_;
   const double* nominal_;
   const double* logk_;
-  std::vector<double> data_, log_data_, r0_;
+  std::vector<double> data_, aux_, r0_;  // aux: ln n (Poisson) or 1/σ² (χ²) per bin
   std::vector<index_t> poi_of_process_;
   // Workspaces, sized on first use and reused.
   std::vector<double> coef_, acc_, poi_acc_, dg_, d2g_, w_, d2_, cell_L_, cell_U_;

@@ -86,6 +86,9 @@ struct Model {
   std::vector<double> nominal;            ///< N[b, p], `[nbins_full × nprocs]`
   std::vector<double> logk;               ///< K (and H), see above
   std::vector<double> data;               ///< observed counts n[b] of the unmasked bins, `[nbins]`
+  /// Variances of the observed counts (rabbit's hdata_var), `[nbins]`, or empty = the counts
+  /// themselves. Used by the χ² data term only.
+  std::vector<double> data_variance;
   std::vector<double> theta0;             ///< constraint centres, `[nsyst]`
   std::vector<double> constraint_weights; ///< constraint weights (1 rabbit's default, 0 unconstrained)
   std::vector<double> poi_default;        ///< signal strength μ at the default point, `[npoi]`
@@ -223,6 +226,12 @@ inline void Model::validate() const {
     if (!std::isfinite(n) || n < 0)
       throw model_error("observed count in " + describe_bin(b) + " is " + std::to_string(n) +
                         "; counts must be finite and non-negative");
+  }
+  if (!data_variance.empty()) {
+    detail::require_size(data_variance.size(), nbins(), "data_variance", "empty, or one entry per unmasked bin");
+    for (index_t b = 0; b < nbins(); ++b)
+      if (const double v = data_variance[static_cast<std::size_t>(b)]; !std::isfinite(v) || v < 0)
+        throw model_error("data variance in " + describe_bin(b) + " is " + std::to_string(v) + "; variances must be finite and ≥ 0");
   }
   for (index_t s = 0; s < ns; ++s) {
     const auto& name = systematics[static_cast<std::size_t>(s)].name;
