@@ -2,6 +2,7 @@
 // The trust-exact subproblem: SciPy's nearly exact Moré–Sorensen solver on a dense Hessian.
 #pragma once
 
+#include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -73,14 +74,26 @@ inline void solve_upper_transposed(ConstBlockView<double> U, double* x) {
 
 /// The upper Cholesky factor U of B = H + shift·I (B = UᵀU), reading only the upper triangle of
 /// H, as LAPACK `dpotrf('U')` does. Returns 0 on success, else the 1-based column k of the
-/// first non-positive (or NaN) pivot. Left-looking, one column at a time, so on failure the
-/// leading (k−1)×(k−1) factor and U[0:k−1, k−1] are valid, which is what
-/// `singular_leading_submatrix` needs (trust-region.md §3.5); U(k−1, k−1) then holds the failed
-/// pivot. The strictly lower triangle of U is never written (the caller keeps it zero).
+/// first non-positive (or NaN) pivot. On failure the leading (k−1)×(k−1) factor and
+/// U[0:k−1, k−1] are valid, which is what `singular_leading_submatrix` needs (trust-region.md
+/// §3.5), and U(k−1, k−1) holds the failed pivot. The strictly lower triangle of U is zeroed.
 inline index_t upper_cholesky(ConstBlockView<double> H, double shift, BlockView<double> U) {
   using Map = Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>>;
   const index_t n = H.rows;
   Map u(U.data, n, n, Eigen::OuterStride<>(U.ld));
+  // First Eigen's blocked factorisation in place (GEMM speed, as LAPACK's dpotrf that SciPy
+  // calls); only when it fails, the column-by-column one below, which finds the failing column
+  // and leaves the partial factor the Moré–Sorensen bound needs (§3.5).
+  for (index_t j = 0; j < n; ++j) {
+    for (index_t i = 0; i <= j; ++i) u(i, j) = H(i, j);
+    u(j, j) += shift;
+    for (index_t i = j + 1; i < n; ++i) u(i, j) = 0;
+  }
+  {
+    Eigen::LLT<Eigen::Ref<Eigen::MatrixXd, 0, Eigen::OuterStride<>>, Eigen::Upper> blocked(u);
+    // Eigen lets a NaN pivot through (it only rejects x ≤ 0); a NaN anywhere reaches the diagonal.
+    if (blocked.info() == Eigen::Success && u.diagonal().allFinite()) return 0;
+  }
   for (index_t j = 0; j < n; ++j) {
     // U[0:j, j] solves U[0:j, 0:j]ᵀ x = B[0:j, j]: a level-2 triangular solve that Eigen
     // vectorizes without allocating (the right-hand side is a contiguous column).

@@ -252,7 +252,10 @@ inline Model ModelBuilder::build() const {
   std::vector<double> K(static_cast<std::size_t>(bf * np * ns), 0.0), H(K.size(), 0.0);
   bool asymmetric = force_asymmetric_;
   for (const auto& [key, v] : variations_) {
-    const auto& [syst, chan, proc] = key;
+    // Named references rather than structured bindings: clang 14 cannot capture those in lambdas.
+    const std::string& syst = std::get<0>(key);
+    const std::string& chan = std::get<1>(key);
+    const std::string& proc = std::get<2>(key);
     const auto c = chan_index(chan);
     const index_t p = proc_index(proc), s = syst_index(syst);
     auto nom_it = nominal_.find({chan, proc});
