@@ -26,3 +26,5 @@
 #include "fitlib/minimize/reparametrized.hpp"
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/postfit/covariance.hpp"
+#include "fitlib/replica/random.hpp"
+#include "fitlib/replica/pseudo_data.hpp"
