@@ -419,3 +419,33 @@ TEST_CASE("bad input is refused with the bin or systematic named", "[replica][er
   CHECK_THROWS_AS(s.poisson(-0.5), usage_error);
   CHECK_THROWS_AS(s.poisson(nan), usage_error);
 }
+
+TEST_CASE("a frequentist toy is fitted with its own constraint centres", "[replica][toys]") {
+  test::RandomModelSpec spec;
+  spec.zero_counts = false;
+  spec.unconstrained = 0;
+  Model model = test::random_model(spec);
+  SerialLikelihood nll(model);
+  const Toy toy = generate_toy(nll, 11, 3);
+  REQUIRE(toy.constraints.centres_changed());
+  const auto x = nll.default_parameters();
+  nll.set_data(toy.data);
+  const double before = nll.value(x);
+  nll.set_constraint_centres(toy.constraints.theta0);
+  CHECK(nll.constraint_centres() == toy.constraints.theta0);
+  // Only the constraint term changes: ½Σ w[(θ − c')² − (θ − c)²].
+  double expected = before;
+  for (index_t s = 0; s < model.nsyst(); ++s) {
+    const double t = x[static_cast<std::size_t>(model.npoi() + s)], w = model.constraint_weights[static_cast<std::size_t>(s)];
+    const double c0 = model.theta0[static_cast<std::size_t>(s)], c1 = toy.constraints.theta0[static_cast<std::size_t>(s)];
+    expected += 0.5 * w * ((t - c1) * (t - c1) - (t - c0) * (t - c0));
+  }
+  CHECK(nll.value(x) == Approx(expected).epsilon(1e-12));
+  const FitResult r = fit(nll, TrustRegion<Gltr>());
+  CHECK(r.converged());
+  // At the minimum the constraint pulls θ towards the toy's centres, not the model's.
+  std::vector<double> g(static_cast<std::size_t>(nll.size()));
+  nll.value_grad(r.x, g);
+  for (double gi : g) CHECK(std::abs(gi) < 1e-3);
+  CHECK_THROWS_WITH(nll.set_constraint_centres(std::vector<double>{1.0}), Catch::Matchers::Contains("needs 5 centres"));
+}

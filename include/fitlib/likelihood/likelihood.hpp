@@ -38,6 +38,7 @@ class Likelihood {
     nparams_ = model_->nparams();
     npoi_ = model_->npoi();
     names_ = model_->parameter_names();
+    theta0_ = model_->theta0;
     for (const auto& t : model_->external_terms) {
       ResolvedTerm r{&t, {}};
       for (const auto& name : t.parameters) r.index.push_back(parameter_index(name));
@@ -66,7 +67,8 @@ class Likelihood {
     throw usage_error("unknown parameter '" + name + "'; the model's parameters are its signal processes and systematics");
   }
 
-  /// The default (prefit) point: POIs at their default strength (√μ unless allow_negative_poi), θ = θ₀.
+  /// The default (prefit) point: POIs at their default strength (√μ unless allow_negative_poi), θ
+  /// at the model's constraint centres.
   std::vector<double> default_parameters() const {
     std::vector<double> x;
     for (double mu : model_->poi_default) {
@@ -98,6 +100,19 @@ class Likelihood {
       s.set_data(mine(counts), mine(variances));
     }
   }
+
+  /// Replaces the constraint centres θ₀ (the global observables a frequentist toy randomises,
+  /// rabbit-likelihood-and-format.md §5.5), `[nsyst]`; the model's own stay as they are.
+  void set_constraint_centres(std::span<const double> theta0) {
+    if (static_cast<index_t>(theta0.size()) != model_->nsyst())
+      throw usage_error("set_constraint_centres needs " + std::to_string(model_->nsyst()) + " centres (one per systematic), got " +
+                        std::to_string(theta0.size()));
+    for (std::size_t s = 0; s < theta0.size(); ++s)
+      if (!std::isfinite(theta0[s]))
+        throw usage_error("constraint centre of systematic '" + model_->systematics[s].name + "' is not finite");
+    theta0_.assign(theta0.begin(), theta0.end());
+  }
+  const std::vector<double>& constraint_centres() const { return theta0_; }
 
   // ---- the objective concept -------------------------------------------------------------
 
@@ -234,7 +249,7 @@ class Likelihood {
     for (index_t j = 0; j < x.cols; ++j) {
       double value = 0;
       for (index_t s = 0; s < ns; ++s) {
-        const double d = x(npoi_ + s, j) - m.theta0[static_cast<std::size_t>(s)], w = m.constraint_weights[static_cast<std::size_t>(s)];
+        const double d = x(npoi_ + s, j) - theta0_[static_cast<std::size_t>(s)], w = m.constraint_weights[static_cast<std::size_t>(s)];
         value += 0.5 * w * d * d;
         if (!g.empty()) g(npoi_ + s, j) += w * d;
         if (!hess.empty()) hess(npoi_ + s, j * n + npoi_ + s) += w;
@@ -291,6 +306,7 @@ class Likelihood {
   LikelihoodOptions opts_;
   index_t nparams_ = 0, npoi_ = 0;
   std::vector<std::string> names_;
+  std::vector<double> theta0_;  ///< constraint centres, the model's unless replaced
   std::vector<ResolvedTerm> external_;
   std::vector<ShardT> shards_;
   std::vector<Partials> partial_;

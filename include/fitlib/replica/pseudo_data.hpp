@@ -236,7 +236,7 @@ struct Toy {
 
 /// Toy `index` of a likelihood, as rabbit's `toyassign` makes it (§5.5): randomise the
 /// constraints, take the centre (the Asimov data at the generating point, or the observed data)
-/// and fluctuate it. Fit it with `set_data(toy.data)`, the centres `toy.constraints.theta0`
+/// and fluctuate it. Fit it with `set_data(toy.data)`, `set_constraint_centres(toy.constraints.theta0)`
 /// (changed in frequentist mode) and the usual start `default_parameters()`.
 template <detail::yields_source L>
 Toy generate_toy(L& likelihood, std::uint64_t seed, std::uint64_t index, const ToyOptions& opts = {}) {
