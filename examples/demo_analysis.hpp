@@ -5,7 +5,7 @@
 #include <fitlib/fit.hpp>
 
 #include <cmath>
-#include <random>
+#include <cstdint>
 #include <vector>
 
 namespace fitlib::examples {
@@ -67,19 +67,18 @@ inline fitlib::Model demo_analysis(bool asimov = false) {
   mb.add_shape_variation("signal_pdf", "signal_region", "signal", tilt(sig, 0.02), tilt(sig, -0.025));
   mb.add_shape_variation("signal_pdf", "fiducial", "signal", tilt(fid, 0.02), tilt(fid, -0.025));
 
-  // Pseudo-data: Poisson fluctuations (seed 42) of the expectation at μ = 1.1.
-  std::mt19937_64 rng(42);
-  auto fluctuate = [&](std::vector<std::vector<double>> procs, double mu) {
-    std::vector<double> d(procs[0].size());
-    for (std::size_t i = 0; i < d.size(); ++i) {
-      double nu = mu * procs[0][i];
-      for (std::size_t p = 1; p < procs.size(); ++p) nu += procs[p][i];
-      d[i] = asimov ? nu : static_cast<double>(std::poisson_distribution<long>(nu)(rng));
+  // Pseudo-data: Poisson fluctuations of the expectation at μ = 1.1, from fitlib's own
+  // reproducible streams (seed 42; replica 0 for the signal region, 1 for the control region).
+  auto fluctuate = [&](std::vector<std::vector<double>> procs, double mu, std::uint64_t replica) {
+    std::vector<double> nu(procs[0].size());
+    for (std::size_t i = 0; i < nu.size(); ++i) {
+      nu[i] = mu * procs[0][i];
+      for (std::size_t p = 1; p < procs.size(); ++p) nu[i] += procs[p][i];
     }
-    return d;
+    return asimov ? nu : fitlib::poisson_toy(nu, 42, replica);
   };
-  mb.set_data("signal_region", fluctuate({sig, tt, wj, qcd}, 1.1));
-  mb.set_data("control_region", fluctuate({std::vector<double>(static_cast<std::size_t>(ncr), 0.0), tt_cr, wj_cr}, 1.0));
+  mb.set_data("signal_region", fluctuate({sig, tt, wj, qcd}, 1.1, 0));
+  mb.set_data("control_region", fluctuate({std::vector<double>(static_cast<std::size_t>(ncr), 0.0), tt_cr, wj_cr}, 1.0, 1));
   return mb.build();
 }
 

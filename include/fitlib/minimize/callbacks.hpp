@@ -24,7 +24,7 @@ struct IterationSummary {
   double f = 0;                ///< objective at the iterate the step was taken from
   double f_trial = 0;          ///< objective at the proposed point
   double gradient_norm = 0;    ///< ‖g‖ at the iterate after the decision
-  double edm = 0;              ///< predicted decrease of the step (−model); the EDM for a Newton-like step
+  double edm = 0;              ///< predicted decrease of the step (−model), or the EDM of the new point once computed
   double radius = 0;           ///< Δ used for the step
   double radius_next = 0;      ///< Δ after the update
   double rho = 0;              ///< actual / predicted reduction (−∞ for a non-finite trial)

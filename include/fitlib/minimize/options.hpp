@@ -20,9 +20,11 @@ struct TrustRegionOptions {
   double eta = 0.15;
   /// Converged when the Euclidean gradient norm is below gtol (≥ 0; 0 disables the test).
   double gtol = 1e-4;
-  /// Converged when an accepted step off the boundary predicted a decrease below edm_tol: for such
-  /// a Newton-like step the predicted decrease is EDM = ½·gᵀH⁻¹g, the HEP convention
-  /// (rabbit, Minuit). ≥ 0; 0 disables the test (SciPy's behaviour).
+  /// Converged when the estimated distance to the minimum EDM = ½·gᵀH⁻¹g (the HEP convention of
+  /// rabbit and Minuit) is below edm_tol. It is computed (a Cholesky factor, or CG with HVPs) only
+  /// once an accepted step off the boundary has predicted a decrease below edm_tol, since the
+  /// prediction of a truncated Krylov step only bounds the EDM from below. ≥ 0; 0 disables the test
+  /// (SciPy's behaviour).
   double edm_tol = 0.0;
   /// Outer iterations, rejected ones included; 0 = 200·n (SciPy's default).
   index_t maxiter = 0;
