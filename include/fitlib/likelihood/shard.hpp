@@ -102,7 +102,8 @@ class Shard<Policy, storage::Dense> {
   /// Data-term NLL, gradient and Hessian-vector products of this shard's bins (see PartialRequest).
   void partials(const PartialRequest& rq) {
     const index_t nx = rq.x.cols, nv = rq.v.empty() ? 0 : rq.v.cols;
-    const bool want_u = !rq.grad.empty() || nv > 0;
+    // The gradient's backward column u; an HVP needs it too, for g''·(Hᵀu), but only with an asymmetric tensor.
+    const bool want_u = !rq.grad.empty() || (nv > 0 && !symmetric_);
     const index_t nu = want_u ? nx : 0, nf = nx + nv, nb = nu + nv;
     auto point_of = [&](index_t k) { return nx == 1 ? index_t{0} : k; };
     prepare_columns(rq.x, rq.v);
