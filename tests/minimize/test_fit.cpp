@@ -106,6 +106,30 @@ TEST_CASE("fit: frozen parameters stay fixed and leave the covariance", "[fit]")
   CHECK_THROWS_WITH(fit(nll, TrustRegion<SteihaugCG>(), opts), Catch::Matchers::Contains("neither a parameter name nor a valid regular"));
 }
 
+TEMPLATE_TEST_CASE("fit: every parameter frozen, and no covariance", "[fit]", SteihaugCG, Exact, Gltr) {
+  SerialLikelihood nll(examples::demo_analysis());
+  FitOptions opts;
+  opts.frozen = {".*"};
+  FitResult r = fit(nll, TrustRegion<TestType>(), opts);
+  CHECK(r.converged());
+  CHECK(r.x == r.x0);
+  CHECK(r.nll == nll.value(r.x0));
+  CHECK(r.iterations == 0);
+  for (double u : r.uncertainties) CHECK(u == 0.0);
+
+  opts = {};
+  opts.frozen = {"lumi"};
+  opts.covariance = false;
+  r = fit(nll, TrustRegion<TestType>(tight()), opts);
+  CHECK(r.converged());
+  CHECK(r.covariance_status == CovarianceStatus::not_computed);
+  for (std::size_t i = 0; i < r.x.size(); ++i) {
+    INFO(r.names[i]);
+    if (r.frozen[i]) CHECK(r.uncertainties[i] == 0.0);
+    else CHECK(std::isnan(r.uncertainties[i]));
+  }
+}
+
 TEST_CASE("fit: callbacks observe, stop and abort", "[fit][callbacks]") {
   SerialLikelihood nll(examples::demo_analysis());
   HistoryRecorder history;
@@ -173,6 +197,9 @@ TEST_CASE("options are validated with the field named", "[fit][validation]") {
   opts.preconditioning = Preconditioning::cholesky;
   opts.preconditioner_blocks = {2, 2};
   CHECK_THROWS_WITH(fit(nll, TrustRegion<SteihaugCG>(), opts), Catch::Matchers::Contains("add up to 4 but there are 8"));
+  opts.preconditioning = Preconditioning::diagonal;
+  CHECK_THROWS_WITH(fit(nll, TrustRegion<SteihaugCG>(), opts), Catch::Matchers::Contains("Preconditioning::cholesky only"));
+  opts.preconditioning = Preconditioning::cholesky;
   opts.preconditioner_blocks.clear();
   opts.reference_hessian = {1.0, 2.0};
   CHECK_THROWS_WITH(fit(nll, TrustRegion<SteihaugCG>(), opts), Catch::Matchers::Contains("reference_hessian has 2 entries"));

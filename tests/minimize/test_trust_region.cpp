@@ -140,3 +140,38 @@ TEST_CASE("a trial point with a non-finite objective is rejected and the radius 
     }
   CHECK(rejected_nan >= 1);
 }
+
+TEST_CASE("non-finite gradients: rejected trial points, failed subproblems, never a hang", "[minimize]") {
+  // Rosenbrock whose gradient is NaN for x₀ > 0.5 (a finite value there): the fit must pass around it.
+  struct NanGradient : test::Rosenbrock {
+    void value_grad(ConstBlockView<double> X, std::span<double> f, BlockView<double> G) const {
+      test::Rosenbrock::value_grad(X, f, G);
+      for (index_t j = 0; j < X.cols; ++j)
+        if (X(0, j) > 0.5) G(0, j) = std::numeric_limits<double>::quiet_NaN();
+    }
+  };
+  NanGradient f{{2}};
+  TrustRegionOptions opts;
+  opts.maxiter = 500;
+  TrustRegion<SteihaugCG> tr(opts);
+  TrustRegion<SteihaugCG>::state_type s;
+  std::vector<double> x0{-1.2, 1.0};
+  tr.init(f, s, x0);
+  HistoryRecorder history;
+  tr.run(f, s, history);
+  for (const auto& it : history.history()) {
+    INFO("iteration " << it.iteration);
+    CHECK(std::isfinite(it.gradient_norm));  // no accepted point has a NaN gradient
+  }
+  CHECK(s.x[0] <= 0.5);
+
+  // The subproblem itself reports a NaN gradient as a failure.
+  SteihaugCG cg;
+  cg.reset(2);
+  const std::vector<double> g{std::numeric_limits<double>::quiet_NaN(), 1.0};
+  cg.new_iterate(g, {});
+  std::vector<double> p(2);
+  const auto step = cg.solve(1.0, [](const double* v, double* Bv) { Bv[0] = v[0]; Bv[1] = v[1]; }, p);
+  CHECK(step.failed);
+  CHECK(p == std::vector<double>{0.0, 0.0});
+}

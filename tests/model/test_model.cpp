@@ -121,7 +121,8 @@ TEST_CASE("bad input raises model_error naming the item", "[model][validation]")
   }
   SECTION("zero nominal with a non-zero variation") {
     auto mb = basic();
-    mb.add_shape_variation("jes", "cr", "sig", std::vector{0.0, 1.0});
+    mb.set_nominal("cr", "sig", std::vector{1.0, 0.0});
+    mb.add_shape_variation("jes", "cr", "sig", std::vector{0.5, 1.0});
     CHECK_THROWS_WITH(mb.build(), Contains("systematic 'jes'") && Contains("process 'sig'") && Contains("channel 'cr' bin 1") &&
                                       Contains("nominal yield is zero"));
     Model m = test::random_model({});  // the last process is absent in bin 1
@@ -137,6 +138,8 @@ TEST_CASE("bad input raises model_error naming the item", "[model][validation]")
     CHECK_THROWS_WITH(basic().add_norm_variation("lumi", "sr", "bkg", 1.1), Contains("unknown systematic 'lumi'"));
     CHECK_THROWS_WITH(basic().add_norm_variation("jes", "sr", "bkg", 1.1).add_norm_variation("jes", "sr", "bkg", 1.2),
                       Contains("booked twice"));
+    CHECK_THROWS_WITH(basic().add_norm_variation("jes", "cr", "sig", 1.1).build(),
+                      Contains("process 'sig' in channel 'cr', which has no nominal histogram there"));
     Model m = test::random_model({});
     m.systematics[2].name = m.systematics[0].name;
     CHECK_THROWS_WITH(m.validate(), Contains("duplicate systematic name 'syst0'"));
@@ -168,6 +171,8 @@ TEST_CASE("external terms and POI priors are validated", "[model][validation][ex
   CHECK_THROWS_WITH(m.validate(), Contains("Hessian entry (0, 1) is outside its 1 parameters"));
   ExternalTerm t{"ext", {"syst0", "syst1"}, {}, {}, {}, {}};
   CHECK_THROWS_WITH(t.set_dense_hessian({1.0}), Contains("expected 2 × 2"));
+  m.external_terms = {ExternalTerm{"upper", {"syst0", "syst1"}, {}, {0, 0, 1}, {0, 1, 1}, {1.0, 0.5, 1.0}}};  // one triangle
+  CHECK_THROWS_WITH(m.validate(), Contains("external term 'upper': Hessian entry (0, 1)") && Contains("both triangles"));
   m.external_terms = {ExternalTerm{"a", {"syst0"}, {}, {}, {}, {}}, ExternalTerm{"a", {"syst1"}, {}, {}, {}, {}}};
   CHECK_THROWS_WITH(m.validate(), Contains("duplicate external term name 'a'"));
   m.external_terms.clear();

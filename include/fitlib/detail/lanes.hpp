@@ -30,8 +30,8 @@ FITLIB_ALWAYS_INLINE void prefetch_lines(const double* x, index_t count) {
 #endif
 }
 
-/// Width of the lane accumulators: 16 doubles, two AVX-512 (four AVX2) registers per column,
-/// enough independent chains to hide the FMA latency while streaming a template row.
+/// Width of the lane accumulators: 8 doubles, one AVX-512 (two AVX2) register per row and column;
+/// the forward pass runs 8 rows at once, enough independent chains to hide the FMA latency.
 inline constexpr int lanes = 8;
 
 /// Eigen's widest packet for double on this target (its intrinsics, whatever the compiler's

@@ -71,9 +71,11 @@ class Likelihood {
   /// at the model's constraint centres.
   std::vector<double> default_parameters() const {
     std::vector<double> x;
-    for (double mu : model_->poi_default) {
+    for (index_t q = 0; q < npoi_; ++q) {
+      const double mu = model_->poi_default[static_cast<std::size_t>(q)];
       if (!opts_.allow_negative_poi && mu < 0)
-        throw usage_error("default signal strength " + std::to_string(mu) + " is negative; set allow_negative_poi");
+        throw usage_error("default signal strength of '" + names_[static_cast<std::size_t>(q)] + "' is " + std::to_string(mu) +
+                          ", negative; set LikelihoodOptions::allow_negative_poi");
       x.push_back(opts_.allow_negative_poi ? mu : std::sqrt(mu));
     }
     x.insert(x.end(), model_->theta0.begin(), model_->theta0.end());

@@ -49,6 +49,10 @@ struct FitOptions {
   void validate() const {
     for (index_t b : preconditioner_blocks)
       if (b < 1) throw std::invalid_argument("FitOptions::preconditioner_blocks must hold block sizes ≥ 1, got " + std::to_string(b));
+    if (!preconditioner_blocks.empty() && preconditioning != Preconditioning::cholesky)
+      throw std::invalid_argument("FitOptions::preconditioner_blocks apply to Preconditioning::cholesky only; set it or drop the blocks");
+    if (!reference_hessian.empty() && preconditioning == Preconditioning::none)
+      throw std::invalid_argument("FitOptions::reference_hessian is used by a preconditioner only; choose one or drop the Hessian");
   }
 };
 
@@ -229,13 +233,17 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   }
   Reparametrized<F> reduced(f, r.x0, free, L);
   typename TrustRegion<Sub>::state_type state;
-  const std::vector<double> y0(static_cast<std::size_t>(m), 0.0);
-  minimizer.init(reduced, state, y0);
-  minimizer.run(reduced, state, callbacks...);
-
-  r.x.resize(static_cast<std::size_t>(n));
-  reduced.to_full(ConstBlockView<double>(state.x.data(), m, 1), BlockView<double>(r.x.data(), n, 1));
-  r.status = state.status;
+  if (m > 0) {
+    const std::vector<double> y0(static_cast<std::size_t>(m), 0.0);
+    minimizer.init(reduced, state, y0);
+    minimizer.run(reduced, state, callbacks...);
+    r.x.resize(static_cast<std::size_t>(n));
+    reduced.to_full(ConstBlockView<double>(state.x.data(), m, 1), BlockView<double>(r.x.data(), n, 1));
+    r.status = state.status;
+  } else {  // everything frozen (a scan point, a fixed hypothesis): nothing to minimise
+    r.x = r.x0;
+    r.status = FitStatus::converged_gtol;
+  }
   r.iterations = state.iteration;
   r.counts = state.counts;
   r.counts.values += extra.values;
@@ -243,8 +251,14 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   r.counts.hessians += extra.hessians;
   r.counts.hvps += extra.hvps;
 
+  // Frozen parameters have zero uncertainty; the free ones NaN unless the covariance is computed.
+  const double unknown = options.covariance ? 0.0 : std::numeric_limits<double>::quiet_NaN();
   r.uncertainties.assign(static_cast<std::size_t>(n), 0.0);
   r.covariance.assign(static_cast<std::size_t>(n * n), 0.0);
+  for (index_t a : free) {
+    r.uncertainties[static_cast<std::size_t>(a)] = unknown;
+    for (index_t b : free) r.covariance[static_cast<std::size_t>(a + b * n)] = unknown;
+  }
   std::vector<double> H;
   if (options.covariance) {
     detail::full_hessian(f, r.x, r.nll, r.gradient, H, r.counts);

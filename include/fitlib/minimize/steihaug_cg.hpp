@@ -51,10 +51,19 @@ class SteihaugCG {
     for (std::size_t i = 0; i < n; ++i) d_[i] = -g_[i];
     double gz = 0, zr = 0;  // gᵀz and zᵀr, for m(z) = gᵀz + ½zᵀBz with B·z = r − g
     SubproblemStep step;
+    // Non-finite input would satisfy none of the exits below: report a failure instead.
+    auto fail = [&] {
+      std::fill(p.begin(), p.end(), 0.0);
+      step.failed = true;
+      step.scipy_hvps = step.hvps + 1;
+      return step;
+    };
+    if (!std::isfinite(gnorm)) return fail();
     for (index_t it = 0;; ++it) {
       hvp(d_.data(), Bd_.data());
       ++step.hvps;
       const double curvature = dot(d_, Bd_);
+      if (!std::isfinite(curvature)) return fail();
       const double gd = dot(g_, d_), rd = dot(r_, d_);
       // The model at z + t·d, from the recurrences: gᵀz + t·gᵀd + ½(zᵀBz + 2t·dᵀBz + t²·dᵀBd).
       auto model_at = [&](double t) { return gz + t * gd + 0.5 * ((zr - gz) + 2 * t * (rd - gd) + t * t * curvature); };

@@ -58,7 +58,7 @@ inline double norm2(std::span<const double> v) {
   return std::sqrt(s);
 }
 
-/// The dense Hessian of `f` at x: the objective's own when it has one, else n HVPs in one call.
+/// The dense Hessian of `f` at x: the objective's own when it has one, else n HVPs.
 template <objective F>
 void dense_hessian(F& f, std::span<const double> x, std::span<double> H, std::span<double> scratch_grad, double& value,
                    EvaluationCounts& counts) {
@@ -68,9 +68,13 @@ void dense_hessian(F& f, std::span<const double> x, std::span<double> H, std::sp
     f.hessian(X, std::span(&value, 1), BlockView<double>(scratch_grad.data(), n, 1), BlockView<double>(H.data(), n, n));
     ++counts.hessians;
   } else {
-    std::vector<double> I(static_cast<std::size_t>(n * n), 0.0);
-    for (index_t i = 0; i < n; ++i) I[static_cast<std::size_t>(i * n + i)] = 1.0;
-    f.hessp(X, ConstBlockView<double>(I.data(), n, n), BlockView<double>(H.data(), n, n));
+    // Column by column (an objective need not take several directions at once).
+    std::vector<double> e(static_cast<std::size_t>(n), 0.0);
+    for (index_t i = 0; i < n; ++i) {
+      e[static_cast<std::size_t>(i)] = 1.0;
+      f.hessp(X, ConstBlockView<double>(e.data(), n, 1), BlockView<double>(H.data() + i * n, n, 1));
+      e[static_cast<std::size_t>(i)] = 0.0;
+    }
     counts.hvps += n;
   }
 }
@@ -143,14 +147,11 @@ class TrustRegion {
     for (index_t i = 0; i < n; ++i) s.x_trial[static_cast<std::size_t>(i)] = s.x[static_cast<std::size_t>(i)] + s.p[static_cast<std::size_t>(i)];
     evaluate(f, s.x_trial, s.f_trial, s.g_trial, s.counts);
     const double predicted = -sp.model, actual = s.f - s.f_trial;
-    double rho;
-    if (!std::isfinite(s.f_trial) || !std::isfinite(predicted)) {
-      rho = -std::numeric_limits<double>::infinity();  // reject and shrink (§6.4)
-    } else if (predicted <= 0) {
-      return s.status = FitStatus::bad_prediction;
-    } else {
-      rho = actual / predicted;
-    }
+    // A trial whose value or gradient is not finite is rejected and the radius shrinks (§6.4).
+    const bool trial_finite = std::isfinite(s.f_trial) && std::isfinite(detail::norm2(s.g_trial));
+    double rho = -std::numeric_limits<double>::infinity();
+    if (std::isfinite(predicted) && predicted <= 0) return s.status = FitStatus::bad_prediction;
+    if (std::isfinite(predicted) && trial_finite) rho = actual / predicted;
 
     IterationSummary& it = s.last;
     it = {};
@@ -191,7 +192,7 @@ class TrustRegion {
     // shorter step either; SciPy would shrink the radius until maxiter. The minimum is resolved as
     // far as double precision allows (a gtol below the gradient's rounding noise cannot be met).
     const double resolution = 4 * std::numeric_limits<double>::epsilon() * std::abs(s.f);
-    if (!it.accepted && predicted <= resolution) return s.status = FitStatus::converged_precision;
+    if (!it.accepted && trial_finite && predicted <= resolution) return s.status = FitStatus::converged_precision;
     if (s.iteration >= s.maxiter) return s.status = FitStatus::max_iterations;
     return s.status;
   }
@@ -199,7 +200,11 @@ class TrustRegion {
   /// Iterates until a stop; callbacks' hooks see every iteration and may stop or abort.
   template <objective F, class... Callbacks>
   FitStatus run(F& f, state_type& s, Callbacks&... callbacks) const {
-    if (s.status == FitStatus::running && detail::on_begin(callbacks...) != CallbackAction::proceed) s.status = FitStatus::aborted;
+    if (s.status == FitStatus::running) {
+      const CallbackAction a = detail::on_begin(callbacks...);
+      if (a == CallbackAction::stop_converged) s.status = FitStatus::converged_callback;
+      if (a == CallbackAction::abort) s.status = FitStatus::aborted;
+    }
     while (s.status == FitStatus::running) {
       step(f, s);
       if (s.status == FitStatus::linalg_error || s.status == FitStatus::bad_prediction) break;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -44,7 +45,8 @@ struct Systematic {
 
 /// An external likelihood term gᵀx_J + ½·x_Jᵀ·M·x_J on named parameters (rabbit-likelihood-and-format.md
 /// §1.6, §3.5), e.g. a prefit Hessian from another measurement. M is symmetric and stored as its
-/// non-zero entries (row, column, value) over the term's own parameter order, both triangles.
+/// non-zero entries (row, column, value) over the term's own parameter order, both triangles
+/// (validated).
 struct ExternalTerm {
   std::string name;
   std::vector<std::string> parameters;  ///< the names J, resolved against the model's parameters
@@ -282,6 +284,17 @@ inline void Model::validate() const {
         throw model_error("external term '" + t.name + "': Hessian entry (" + std::to_string(r) + ", " + std::to_string(c) +
                           ") is outside its " + std::to_string(m) + " parameters");
       if (!std::isfinite(t.hessian_values[k])) throw model_error("external term '" + t.name + "' has a non-finite Hessian entry");
+    }
+    // ½xᵀMx has gradient M·x only for a symmetric M: both triangles must be given, and agree.
+    std::map<std::pair<index_t, index_t>, double> entries;
+    for (std::size_t k = 0; k < t.hessian_values.size(); ++k) entries[{t.hessian_rows[k], t.hessian_cols[k]}] += t.hessian_values[k];
+    for (const auto& [rc, v] : entries) {
+      const auto mirror = entries.find({rc.second, rc.first});
+      const double w = mirror == entries.end() ? 0.0 : mirror->second;
+      if (v != w)
+        throw model_error("external term '" + t.name + "': Hessian entry (" + std::to_string(rc.first) + ", " + std::to_string(rc.second) +
+                          ") = " + std::to_string(v) + " but its mirror is " + std::to_string(w) +
+                          "; give both triangles of the symmetric matrix");
     }
   }
 }

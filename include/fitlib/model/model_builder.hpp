@@ -278,6 +278,9 @@ inline Model ModelBuilder::build() const {
           throw model_error("variation histogram of " + where() + " is not finite; fix the input histogram");
       }
       if (n == 0) {
+        if (nom_it == nominal_.end())
+          throw model_error("systematic '" + syst + "' varies process '" + proc + "' in channel '" + chan +
+                            "', which has no nominal histogram there; call set_nominal for it");
         if (up != 0 || (v.down && down != 0))
           throw model_error(where() + " is non-zero where the nominal yield is zero; a variation needs a non-zero nominal yield");
         continue;
