@@ -45,7 +45,7 @@ class Shard;
 /// the host a copy would only cost memory) and owns its data and workspaces.
 ///
 /// Every pass walks the bins once: for each bin it runs the forward products of all its cells
-/// (`L = K_row · C` for all columns and directions), the per-bin Poisson algebra, then the backward
+/// (`L = K_row · C` for all columns and directions), the per-bin data-term algebra, then the backward
 /// products (`acc += K_rowᵀ · U`) while the bin's rows are still in cache, so the templates stream
 /// from memory once per evaluation whatever is computed (DESIGN.md, "The numerical core").
 template <class Policy>
@@ -122,7 +122,7 @@ class Shard<Policy, storage::Dense> {
       const double n = data_[static_cast<std::size_t>(i)], aux = aux_[static_cast<std::size_t>(i)];
       // Forward: every column's and direction's L for the bin's cells.
       const double* rows = logk_ + i * P * ncoef_;
-      // The next bin's rows are requested during the backward pass, or here when there is none.
+      // The rows `ahead` bins on are requested during the backward pass, or here when there is none.
       const double* next = i + ahead < ndata_ ? rows + ahead * P * ncoef_ : nullptr;
       detail::forward_rows(rows, ncoef_, P, coef_.data(), nf, ncoef_, L, nb == 0 ? next : nullptr);
       for (index_t j = 0; j < nx; ++j) {
