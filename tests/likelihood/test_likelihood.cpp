@@ -241,3 +241,44 @@ TEST_CASE("masked channels: yields computed, data term untouched", "[likelihood]
   CHECK(gradient_of(changed, x) == g);
   CHECK(changed.yields(x) != nu);
 }
+
+TEST_CASE("blocks with a leading dimension larger than their rows", "[likelihood][batch]") {
+  test::RandomModelSpec spec;
+  spec.signals = 2;
+  SerialLikelihood nll(test::random_model(spec));
+  const index_t n = nll.size(), N = 3, ld = n + 4;
+  std::vector<double> X(static_cast<std::size_t>(ld * N), -99.0), V(X.size(), -99.0);
+  for (index_t j = 0; j < N; ++j) {
+    const auto x = test::test_point(nll.model(), static_cast<std::uint64_t>(j), false);
+    for (index_t i = 0; i < n; ++i) {
+      X[static_cast<std::size_t>(i + j * ld)] = x[static_cast<std::size_t>(i)];
+      V[static_cast<std::size_t>(i + j * ld)] = std::cos(static_cast<double>(i + 7 * j));
+    }
+  }
+  // Padded outputs: the padding must stay untouched.
+  std::vector<double> f(N), G(static_cast<std::size_t>(ld * N), 42.0), HV(G.size(), 42.0), H(static_cast<std::size_t>(ld * n * N), 42.0);
+  const ConstBlockView<double> Xb(X.data(), n, N, ld), Vb(V.data(), n, N, ld);
+  nll.value_grad_hessp(Xb, Vb, f, BlockView<double>(G.data(), n, N, ld), BlockView<double>(HV.data(), n, N, ld));
+  std::vector<double> fh(N), Gh(G.size(), 42.0);
+  nll.hessian(Xb, fh, BlockView<double>(Gh.data(), n, N, ld), BlockView<double>(H.data(), n, n * N, ld));
+  for (index_t j = 0; j < N; ++j) {
+    INFO("column " << j);
+    const std::vector<double> x(X.begin() + j * ld, X.begin() + j * ld + n), v(V.begin() + j * ld, V.begin() + j * ld + n);
+    std::vector<double> g(static_cast<std::size_t>(n)), hv(g.size()), h(static_cast<std::size_t>(n * n));
+    double f1;
+    nll.value_grad_hessp(ConstBlockView<double>(x.data(), n, 1), ConstBlockView<double>(v.data(), n, 1), std::span(&f1, 1),
+                         BlockView<double>(g.data(), n, 1), BlockView<double>(hv.data(), n, 1));
+    CHECK(f1 == f[static_cast<std::size_t>(j)]);
+    CHECK(fh[static_cast<std::size_t>(j)] == f1);
+    nll.hessian(ConstBlockView<double>(x.data(), n, 1), std::span(&f1, 1), BlockView<double>(g.data(), n, 1), BlockView<double>(h.data(), n, n));
+    for (index_t i = 0; i < n; ++i) {
+      CHECK(G[static_cast<std::size_t>(i + j * ld)] == g[static_cast<std::size_t>(i)]);
+      CHECK(HV[static_cast<std::size_t>(i + j * ld)] == hv[static_cast<std::size_t>(i)]);
+      for (index_t c = 0; c < n; ++c) CHECK(H[static_cast<std::size_t>(i + (j * n + c) * ld)] == h[static_cast<std::size_t>(i + c * n)]);
+    }
+    for (index_t i = n; i < ld; ++i) {
+      CHECK(G[static_cast<std::size_t>(i + j * ld)] == 42.0);
+      CHECK(HV[static_cast<std::size_t>(i + j * ld)] == 42.0);
+    }
+  }
+}
