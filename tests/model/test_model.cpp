@@ -32,6 +32,7 @@ TEST_CASE("ModelBuilder lays the model out as rabbit does", "[model]") {
   mb.set_nominal("sr", "bkg", std::vector{10.0, 20.0}).set_nominal("sr", "sig", std::vector{1.0, 2.0});
   mb.set_nominal("masked", "sig", std::vector{4.0, 4.0}).set_data("sr", std::vector{11.0, 23.0});
   mb.add_shape_variation("shape", "sr", "bkg", std::vector{12.0, 20.0}, std::vector{9.0, 18.0});
+  mb.add_norm_variation("free", "sr", "sig", 1.2);  // an unconstrained systematic must vary something
   const Model m = mb.build();
   // Unmasked channels first, signals first.
   CHECK(m.channels[0].name == "sr");
@@ -153,6 +154,11 @@ TEST_CASE("bad input raises model_error naming the item", "[model][validation]")
     Model m = test::random_model({});
     std::swap(m.channels[0], m.channels[1]);
     CHECK_THROWS_WITH(m.validate(), Contains("masked channels must come last"));
+    ModelBuilder free_unbooked = basic();
+    free_unbooked.add_systematic("bkg_rate", {.constrained = false});
+    CHECK_THROWS_WITH(free_unbooked.build(), Contains("systematic 'bkg_rate' is unconstrained but varies no fitted bin"));
+    free_unbooked.add_norm_variation("bkg_rate", "sr", "bkg", 1.5);
+    CHECK_NOTHROW(free_unbooked.build());
     m = test::random_model({});
     m.constraint_weights[1] = -1;
     CHECK_THROWS_WITH(m.validate(), Contains("constraint weight of systematic 'syst1'"));

@@ -195,6 +195,7 @@ inline void Model::validate() const {
   if (nbins() == 0) throw model_error("every channel is masked; at least one channel must enter the data term");
 
   const index_t bf = nbins_full(), np = nprocs(), ns = nsyst(), nc = ncoef();
+  std::vector<bool> varies(static_cast<std::size_t>(ns), false);  // does systematic s change any unmasked yield?
   detail::require_size(nominal.size(), bf * np, "nominal", "nbins_full × nprocs");
   detail::require_size(logk.size(), bf * np * nc, "logk", symmetric ? "nbins_full × nprocs × nsyst" : "nbins_full × nprocs × 2 × nsyst");
   detail::require_size(data.size(), nbins(), "data", "one entry per unmasked bin");
@@ -220,6 +221,7 @@ inline void Model::validate() const {
         if (n == 0 && row[k] != 0)
           throw model_error("systematic '" + syst + "' varies " + cell() +
                             " whose nominal yield is zero; a variation needs a non-zero nominal yield");
+        if (row[k] != 0 && b < nbins()) varies[static_cast<std::size_t>(k % ns)] = true;
       }
     }
   }
@@ -243,6 +245,9 @@ inline void Model::validate() const {
                         "; use a finite weight ≥ 0 (0 = unconstrained)");
     if (!std::isfinite(theta0[static_cast<std::size_t>(s)]))
       throw model_error("constraint centre of systematic '" + name + "' is not finite");
+    if (w == 0 && !varies[static_cast<std::size_t>(s)])
+      throw model_error("systematic '" + name + "' is unconstrained but varies no fitted bin, so the data cannot determine it; "
+                        "book a variation for it, constrain it, or drop it");
   }
   index_t q = 0;
   for (const auto& p : processes) {
