@@ -200,6 +200,9 @@ TEST_CASE("likelihood calls with the wrong shapes or options are rejected", "[li
   std::vector<double> x = nll.default_parameters(), g(3);
   CHECK_THROWS_WITH(nll.value_grad(ConstBlockView<double>(x.data(), 6, 1), std::span<double>{}, BlockView<double>(g.data(), 3, 1)),
                     Contains("gradient output is 3 × 1, expected 6 × 1"));
+  // A shard used directly checks its data too, naming the global bin.
+  Shard<cpu::Serial> shard(std::make_shared<const Model>(test::random_model({})), BinRange{4, 8});
+  CHECK_THROWS_WITH(shard.set_data(std::vector{1.0, 2.0, -1.0, 3.0}, std::vector{1.0, 2.0, 1.0, 3.0}), Contains("global bin 6"));
   LikelihoodOptions bad;
   bad.hessian_block_rows = 0;
   CHECK_THROWS_AS(SerialLikelihood(test::random_model({}), {}, bad), std::invalid_argument);

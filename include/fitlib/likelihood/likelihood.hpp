@@ -30,6 +30,8 @@ class Likelihood {
   using shard_type = ShardT;
   using policy_type = typename ShardT::policy_type;
 
+  /// The likelihood shares the model (the host shards read its templates in place): do not modify
+  /// the model while the likelihood lives; observed data go through `set_data`.
   explicit Likelihood(std::shared_ptr<const Model> model, policy_type policy = {}, LikelihoodOptions opts = {})
       : model_(std::move(model)), opts_(opts) {
     opts_.validate();

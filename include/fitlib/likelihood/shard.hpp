@@ -42,7 +42,8 @@ template <class Policy, class Storage = storage::Dense>
 class Shard;
 
 /// A host shard over dense templates. It reads the templates in place from the shared model (on
-/// the host a copy would only cost memory) and owns its data and workspaces.
+/// the host a copy would only cost memory), so the model must not change while the shard lives;
+/// it owns its data and workspaces.
 ///
 /// Every pass walks the bins once: for each bin it runs the forward products of all its cells
 /// (`L = K_row · C` for all columns and directions), the per-bin data-term algebra, then the backward
@@ -87,12 +88,20 @@ class Shard<Policy, storage::Dense> {
   index_t nparams() const { return nparams_; }
 
   /// Replaces the observed counts of this shard's unmasked bins (toys, Asimov, data replicas) and
-  /// their variances (used by the χ² term only; the caller has checked them).
+  /// their variances (used by the χ² term only).
   void set_data(std::span<const double> counts, std::span<const double> variances) {
     if (static_cast<index_t>(counts.size()) != ndata_ || variances.size() != counts.size())
       throw usage_error("shard over bins [" + std::to_string(range_.begin) + ", " + std::to_string(range_.end) + ") needs " +
                         std::to_string(ndata_) + " observed counts and variances, got " + std::to_string(counts.size()) + " and " +
                         std::to_string(variances.size()));
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      const bool bad_count = !std::isfinite(counts[i]) || counts[i] < 0;
+      const bool bad_variance = data_term_ == DataTerm::chisq && !(variances[i] > 0 && std::isfinite(variances[i]));
+      if (bad_count || bad_variance)
+        throw usage_error("global bin " + std::to_string(range_.begin + static_cast<index_t>(i)) + " has count " +
+                          std::to_string(counts[i]) + " and variance " + std::to_string(variances[i]) +
+                          "; counts must be finite and ≥ 0, and the χ² term needs positive variances");
+    }
     data_.assign(counts.begin(), counts.end());
     aux_.resize(data_.size());
     for (std::size_t i = 0; i < data_.size(); ++i)
