@@ -81,6 +81,16 @@ inline std::vector<double> test_point(const Model& m, std::uint64_t seed, bool l
   return x;
 }
 
+/// x ↦ ∇f(x) of a likelihood, as a vector function (for finite differences of the gradient).
+template <class L>
+auto gradient_function(L& nll) {
+  return [&nll](const std::vector<double>& x) {
+    std::vector<double> g(static_cast<std::size_t>(nll.size()));
+    nll.value_grad(x, g);
+    return g;
+  };
+}
+
 /// Fourth-order central difference of a vector function along `dir` with step h.
 inline std::vector<double> central_difference(const std::function<std::vector<double>(const std::vector<double>&)>& f,
                                               const std::vector<double>& x, const std::vector<double>& dir, double h) {

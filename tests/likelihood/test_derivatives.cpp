@@ -52,11 +52,7 @@ TEST_CASE("derivatives match central finite differences for every feature combin
   const index_t n = nll.size();
 
   auto value = [&](const std::vector<double>& x) { return std::vector<double>{nll.value(x)}; };
-  auto gradient = [&](const std::vector<double>& x) {
-    std::vector<double> g(static_cast<std::size_t>(n));
-    nll.value_grad(x, g);
-    return g;
-  };
+  const auto gradient = test::gradient_function(nll);
 
   for (std::uint64_t point = 0; point < 3; ++point) {
     const auto x = test::test_point(model, point, linear_poi);
@@ -121,11 +117,7 @@ TEST_CASE("derivatives stay exact at a squared POI of zero and with every count 
   auto x = test::test_point(model, 1, false);
   x[0] = 0.0;  // μ = 0: the signal's yield vanishes but its curvature 2·N·e^L does not
   const index_t n = nll.size();
-  auto gradient = [&](const std::vector<double>& y) {
-    std::vector<double> g(static_cast<std::size_t>(n));
-    nll.value_grad(y, g);
-    return g;
-  };
+  const auto gradient = test::gradient_function(nll);
   std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
   nll.hessian(ConstBlockView<double>(x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
   std::vector<double> e(static_cast<std::size_t>(n), 0.0);
@@ -171,11 +163,7 @@ TEST_CASE("POI priors and external terms: values and derivatives", "[likelihood]
   ext += 0.5 * (3.0 * s4 * s4 + 2.0 * s2 * s2 + 2 * 0.7 * s4 * s2);
   CHECK(nll.value(x) == Approx(base.value(x) + 0.5 * 4.0 * (mu - 1.1) * (mu - 1.1) + ext).epsilon(1e-13));
 
-  auto gradient = [&](const std::vector<double>& y) {
-    std::vector<double> g(static_cast<std::size_t>(n));
-    nll.value_grad(y, g);
-    return g;
-  };
+  const auto gradient = test::gradient_function(nll);
   std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
   nll.hessian(ConstBlockView<double>(x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
   for (index_t i = 0; i < n; ++i) {

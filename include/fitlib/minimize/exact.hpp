@@ -40,17 +40,6 @@ struct CholeskyAttempt {
 
 namespace detail::exact {
 
-/// Σ x_i y_i summed in index order, as reference BLAS `ddot` does, so that values match SciPy's
-/// recorded ones to the last bits where the algorithm allows (trust-region.md §3.7).
-inline double dot_sequential(const double* x, const double* y, index_t n) {
-  double s = 0;
-  for (index_t i = 0; i < n; ++i) s += x[i] * y[i];
-  return s;
-}
-
-/// Euclidean norm, summed in index order (reference `dnrm2` for values of ordinary magnitude).
-inline double norm_sequential(const double* x, index_t n) { return std::sqrt(dot_sequential(x, x, n)); }
-
 /// Solves U x = b in place for upper-triangular U, column by column (reference `dtrsm`'s order).
 inline void solve_upper(ConstBlockView<double> U, double* x) {
   for (index_t j = U.rows - 1; j >= 0; --j) {
@@ -226,7 +215,7 @@ class Exact {
       min_diag_ = std::min(min_diag_, d);
     }
     hess_fro_ = std::sqrt(fro2);
-    jac_mag_ = detail::exact::norm_sequential(g_.data(), n_);
+    jac_mag_ = detail::norm_sequential(g_.data(), n_);
     // Below this gradient norm back substitution is unreliable (§3.1: n·eps·‖H‖_∞).
     close_to_zero_ = static_cast<double>(n_) * std::numeric_limits<double>::epsilon() * hess_inf_;
     previous_radius_ = -1;
@@ -302,14 +291,14 @@ class Exact {
         detail::exact::solve_upper_transposed(Uv, pp);
         detail::exact::solve_upper(Uv, pp);
         have_step = true;
-        const double p_norm = detail::exact::norm_sequential(pp, n_);
+        const double p_norm = detail::norm_sequential(pp, n_);
         if (p_norm <= radius && lambda == 0) {  // the Newton step is interior
           hits_boundary = false;
           break;
         }
         std::copy(pp, pp + n_, w_.begin());
         detail::exact::solve_upper_transposed(Uv, w_.data());
-        const double w_norm = detail::exact::norm_sequential(w_.data(), n_);
+        const double w_norm = detail::norm_sequential(w_.data(), n_);
         const double ratio = p_norm / w_norm;
         // Newton's step on 1/‖p(λ)‖ − 1/Δ (N&W 4.44).
         double lambda_new = lambda + ratio * ratio * (p_norm - radius) / radius;
@@ -373,7 +362,7 @@ class Exact {
         // λ + δ/‖v‖² ≤ −λ₁ ≤ λ* (§3.5, §6 'extra').
         const double b_kk = hess(info - 1, info - 1) + lambda;
         const double delta = detail::exact::singular_leading_submatrix(Uv, info, b_kk, v_.data());
-        const double v_norm = detail::exact::norm_sequential(v_.data(), n_);
+        const double v_norm = detail::norm_sequential(v_.data(), n_);
         have_failed_pivot = true;
         lb = std::max(lb, lambda + delta / (v_norm * v_norm));
         lambda = safeguarded(lb, ub);
@@ -435,13 +424,13 @@ class Exact {
   /// xᵀ(H + shift·I)x, the shifted matrix formed entry by entry as SciPy forms H + λI.
   double quadratic_form_shifted(const double* x, double shift) {
     hess_times(x, shift);
-    return detail::exact::dot_sequential(x, hp_.data(), n_);
+    return detail::dot_sequential(x, hp_.data(), n_);
   }
 
   /// The model change gᵀx + ½xᵀHx with the dense H.
   double model_of(const double* x) {
     hess_times(x, 0.0);
-    return detail::exact::dot_sequential(g_.data(), x, n_) + 0.5 * detail::exact::dot_sequential(x, hp_.data(), n_);
+    return detail::dot_sequential(g_.data(), x, n_) + 0.5 * detail::dot_sequential(x, hp_.data(), n_);
   }
 
   /// The step when no factorisation succeeded (deviation, §3.4: SciPy leaves p unbound). With
@@ -460,7 +449,7 @@ class Exact {
       return std::isfinite(t);
     }
     if (have_failed_pivot) {
-      const double v_norm = detail::exact::norm_sequential(v_.data(), n_);
+      const double v_norm = detail::norm_sequential(v_.data(), n_);
       const double curvature = quadratic_form_shifted(v_.data(), 0.0);
       if (curvature < 0 && std::isfinite(curvature)) {
         for (index_t i = 0; i < n_; ++i) pp[i] = radius * v_[static_cast<std::size_t>(i)] / v_norm;

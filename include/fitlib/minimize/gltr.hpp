@@ -87,16 +87,12 @@ inline constexpr int unexpected_interior = -9;
 
 // Reductions run sequentially, left to right, in the order netlib's ddot/dnrm2/dgemv use, so the
 // recurrences see SciPy's roundings (trust-region.md §8, determinism).
-inline double dot(const double* x, const double* y, index_t n) {
-  double s = 0;
-  for (index_t i = 0; i < n; ++i) s += x[i] * y[i];
-  return s;
-}
+using detail::dot_sequential;
 
 // Plain sum of squares (what reference dnrm2 computes for mid-range values); rescaled only when
 // that over- or underflows.
 inline double nrm2(const double* x, index_t n) {
-  const double ss = dot(x, x, n);
+  const double ss = dot_sequential(x, x, n);
   if (std::isfinite(ss) && (ss > 1e-290 || ss == 0)) return std::sqrt(ss);
   double scale = 0;
   for (index_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(x[i]));
@@ -406,7 +402,7 @@ class Gltr {
       diag_.convexify_checked = true;
       hvp(static_cast<const double*>(s_.data()), hs_.data());
       ++hvps_;
-      const double obj_true = .5 * d::dot(s_.data(), hs_.data(), n_) + d::dot(s_.data(), g0_.data(), n_);
+      const double obj_true = .5 * d::dot_sequential(s_.data(), hs_.data(), n_) + d::dot_sequential(s_.data(), g0_.data(), n_);
       if (ret == d::conv_bound) {
         // trlib's quirk: status 200 skips the comparison, and SciPy evaluates the objective twice.
         ++scipy_extra;
@@ -487,7 +483,7 @@ class Gltr {
       w[n0 - 1] = w[n0 - 1] + e[n0 - 2] * h[n0 - 2] + d[n0 - 1] * h[n0 - 1];
       for (index_t i = 1; i < n0 - 1; ++i) w[i] = w[i] + e[i - 1] * h[i - 1] + d[i] * h[i] + e[i] * h[i + 1];
     }
-    return 0.5 * detail::gltr::dot(h, w, n0);
+    return 0.5 * detail::gltr::dot_sequential(h, w, n0);
   }
 
   // (T + λI) factored into delta_fac0_/gamma_fac0_, with diag_lam_ = diag(T) + λ kept for refinement.
@@ -622,9 +618,9 @@ class Gltr {
           return fail(d::tri_fail_eig);
         }
         const double* u = h_.data();
-        const double zeta = d::dot(h0_.data(), u, n0);
+        const double zeta = d::dot_sequential(h0_.data(), u, n0);
         const auto [t1, t2] = d::quadratic_zero(norm_h0 * norm_h0 - radius * radius, 2.0 * zeta, d::eps_pow_75);
-        const double u_neglin = d::dot(u, neglin_.data(), n0);
+        const double u_neglin = d::dot_sequential(u, neglin_.data(), n0);
         const double lin = leftmost_ * zeta - u_neglin;
         const double t = .5 * leftmost_ * t1 * t1 + lin * t1 <= .5 * leftmost_ * t2 * t2 + lin * t2 ? t1 : t2;
         for (index_t i = 0; i < n0; ++i) h0_[i] = h0_[i] + t * u[i];
@@ -673,7 +669,7 @@ class Gltr {
     std::fill(s_.begin(), s_.end(), 0.0);
     std::fill(gm_.begin(), gm_.end(), 0.0);
     std::copy(g0_.begin(), g0_.end(), g_.begin());
-    double v_dot_g = d::dot(g_.data(), g_.data(), n);
+    double v_dot_g = d::dot_sequential(g_.data(), g_.data(), n);
     if (v_dot_g == 0.0) {
       // Deviation: g = 0 would make trlib divide 0/0; the step is 0 (SciPy never solves at g = 0, §4).
       lam_ = 0;
@@ -685,7 +681,7 @@ class Gltr {
     for (index_t i = 0; i < n; ++i) p_[i] = -g_[i];
     hvp(static_cast<const double*>(p_.data()), hp_.data());
     ++hvps_;
-    double p_dot_hp = d::dot(p_.data(), hp_.data(), n);
+    double p_dot_hp = d::dot_sequential(p_.data(), hp_.data(), n);
 
     double eta_i, eta_b;
     if (options_.inexact) {  // trlib tol_rel_i = −2, tol_rel_b = −3
@@ -760,7 +756,7 @@ class Gltr {
         gm_[i] = g_[i];
         g_[i] = g_[i] + alpha_[k] * hp_[i];
       }
-      v_dot_g = d::dot(g_.data(), g_.data(), n);
+      v_dot_g = d::dot_sequential(g_.data(), g_.data(), n);
       hot_rows_ = k + 1;
       // CG_UPDATE_GV
       if (std::isnan(v_dot_g)) {
@@ -797,7 +793,7 @@ class Gltr {
       for (index_t i = 0; i < n; ++i) p_[i] = -1.0 * g_[i] + beta_[k] * p_[i];
       hvp(static_cast<const double*>(p_.data()), hp_.data());
       ++hvps_;
-      p_hp_ = d::dot(p_.data(), hp_.data(), n);
+      p_hp_ = d::dot_sequential(p_.data(), hp_.data(), n);
       ii_ = k + 1;
       if (ii_ >= itmax_) {
         // Deviation (§5.9a): trlib's T now has a row itmax whose δ lacks 1/α and whose Lanczos vector was
@@ -825,7 +821,7 @@ class Gltr {
     }
     hvp(static_cast<const double*>(p_.data()), hp_.data());
     ++hvps_;
-    double p_dot_hp = d::dot(p_.data(), hp_.data(), n);
+    double p_dot_hp = d::dot_sequential(p_.data(), hp_.data(), n);
     ensure_q_row(k);
     std::copy(p_.begin(), p_.end(), q_row(k));
     for (;;) {
@@ -878,7 +874,7 @@ class Gltr {
         gm_[i] = flt3 * g_[i];
         g_[i] = t;
       }
-      const double v_dot_g = d::dot(g_.data(), g_.data(), n);
+      const double v_dot_g = d::dot_sequential(g_.data(), g_.data(), n);
       // L_CMP_CONV
       if (std::isnan(v_dot_g)) {
         retransform(k + 1);  // Deviation: SciPy returns the scratch vector when still "interior"
@@ -923,7 +919,7 @@ class Gltr {
       }
       hvp(static_cast<const double*>(p_.data()), hp_.data());
       ++hvps_;
-      p_dot_hp = d::dot(p_.data(), hp_.data(), n);
+      p_dot_hp = d::dot_sequential(p_.data(), hp_.data(), n);
       ensure_q_row(k);
       std::copy(p_.begin(), p_.end(), q_row(k));
     }

@@ -110,9 +110,7 @@ class SteihaugCG {
 
  private:
   static double dot(const std::vector<double>& a, const std::vector<double>& b) {
-    double s = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-    return s;
+    return detail::dot_sequential(a.data(), b.data(), static_cast<index_t>(a.size()));
   }
   void finish(std::span<double> p, double t) const {
     for (std::size_t i = 0; i < z_.size(); ++i) p[i] = z_[i] + t * d_[i];

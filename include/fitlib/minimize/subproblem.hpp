@@ -44,6 +44,19 @@ concept trust_region_subproblem =
       { s.solve(radius, hvp, p) } -> std::same_as<SubproblemStep>;
     };
 
+namespace detail {
+/// Σ x_i·y_i summed in index order, as reference BLAS `ddot` does: the subproblems and the outer
+/// loop see SciPy's roundings (trust-region.md §3.7, §8).
+inline double dot_sequential(const double* x, const double* y, index_t n) {
+  double s = 0;
+  for (index_t i = 0; i < n; ++i) s += x[i] * y[i];
+  return s;
+}
+
+/// Euclidean norm from the in-order sum of squares (reference `dnrm2` for values of ordinary magnitude).
+inline double norm_sequential(const double* x, index_t n) { return std::sqrt(dot_sequential(x, x, n)); }
+}  // namespace detail
+
 /// The two roots t₁ ≤ t₂ of ‖z + t·d‖ = Δ, computed stably (trust-region.md §1.4). With ‖z‖ < Δ
 /// they bracket zero. Requires d ≠ 0.
 struct BoundaryRoots {
@@ -51,14 +64,10 @@ struct BoundaryRoots {
 };
 
 inline BoundaryRoots boundary_intersections(std::span<const double> z, std::span<const double> d, double radius) {
-  double a = 0, b = 0, c = 0;
-  for (std::size_t i = 0; i < z.size(); ++i) {
-    a += d[i] * d[i];
-    b += z[i] * d[i];
-    c += z[i] * z[i];
-  }
-  b *= 2;
-  c -= radius * radius;
+  const auto n = static_cast<index_t>(z.size());
+  const double a = detail::dot_sequential(d.data(), d.data(), n);
+  const double b = 2 * detail::dot_sequential(z.data(), d.data(), n);
+  const double c = detail::dot_sequential(z.data(), z.data(), n) - radius * radius;
   const double s = std::sqrt(b * b - 4 * a * c);
   const double aux = b + std::copysign(s, b);
   const double t1 = -aux / (2 * a), t2 = -2 * c / aux;

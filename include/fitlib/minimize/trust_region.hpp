@@ -52,11 +52,7 @@ struct TrustRegionState {
 };
 
 namespace detail {
-inline double norm2(std::span<const double> v) {
-  double s = 0;
-  for (double a : v) s += a * a;
-  return std::sqrt(s);
-}
+inline double norm2(std::span<const double> v) { return norm_sequential(v.data(), static_cast<index_t>(v.size())); }
 
 /// The dense Hessian of `f` at x: the objective's own when it has one, else n HVPs.
 template <objective F>
