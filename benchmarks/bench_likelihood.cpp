@@ -23,6 +23,7 @@
 namespace {
 
 using fitlib::index_t;
+using namespace fitlib;
 using fitlib::bench::Config;
 using fitlib::bench::hash_uniform;
 using fitlib::bench::synthetic_model;
@@ -69,9 +70,16 @@ double dgemm_rate() {
 
 struct Fixture {
   std::shared_ptr<const fitlib::Model> model;
-  std::unique_ptr<fitlib::SerialLikelihood> nll;
+  std::unique_ptr<fitlib::SerialLikelihood> dense;
+  std::unique_ptr<fitlib::SparseSerialLikelihood> sparse;
   std::vector<double> x, v, g, hv, H;
   double template_bytes = 0;
+  index_t size() const { return dense ? dense->size() : sparse->size(); }
+  /// Calls f with whichever likelihood the model's storage needs.
+  template <class F>
+  auto with(F&& f) {
+    return dense ? f(*dense) : f(*sparse);
+  }
 };
 
 /// The fixture of the configuration being benchmarked; the previous one is freed first, since
@@ -82,8 +90,11 @@ Fixture& fixture(const Config& c) {
   if (current != c.name()) {
     f = Fixture{};
     f.model = synthetic_model(c);
-    f.nll = std::make_unique<fitlib::SerialLikelihood>(f.model);
-    const index_t n = f.nll->size();
+    fitlib::LikelihoodOptions opts;
+    opts.bin_by_bin.enabled = c.bin_by_bin;
+    if (c.sparse()) f.sparse = std::make_unique<fitlib::SparseSerialLikelihood>(f.model, fitlib::cpu::Serial{}, opts);
+    else f.dense = std::make_unique<fitlib::SerialLikelihood>(f.model, fitlib::cpu::Serial{}, opts);
+    const index_t n = f.size();
     f.x.resize(static_cast<std::size_t>(n));
     f.v.resize(f.x.size());
     for (index_t i = 0; i < n; ++i) {
@@ -92,7 +103,9 @@ Fixture& fixture(const Config& c) {
     }
     f.g.resize(f.x.size());
     f.hv.resize(f.x.size());
-    f.template_bytes = 8.0 * static_cast<double>(c.bins * c.procs) * static_cast<double>(f.model->ncoef());
+    // Bytes one pass streams: the dense rows, or the sparse values, column indices, row offsets and cells.
+    f.template_bytes = c.sparse() ? static_cast<double>(detail::TemplateSlice<storage::Sparse>(*f.model, {0, c.bins}).bytes())
+                                  : 8.0 * static_cast<double>(c.bins * c.procs) * static_cast<double>(f.model->ncoef());
     current = c.name();
   }
   return f;
@@ -127,35 +140,36 @@ fitlib::BlockView<double> column(std::vector<double>& v) { return {v.data(), sta
 
 double nll_only(Fixture& f) {
   double value = 0;
-  f.nll->value(column(f.x), std::span(&value, 1));
+  f.with([&](auto& nll) { nll.value(column(f.x), std::span(&value, 1)); });
   return value;
 }
 
 double nll_grad(Fixture& f) {
   double value = 0;
-  f.nll->value_grad(column(f.x), std::span(&value, 1), column(f.g));
+  f.with([&](auto& nll) { nll.value_grad(column(f.x), std::span(&value, 1), column(f.g)); });
   return value;
 }
 
 /// NLL, gradient and one Hessian-vector product from one pass (what a Krylov iteration needs).
 double nll_grad_hvp(Fixture& f) {
   double value = 0;
-  f.nll->value_grad_hessp(column(f.x), column(std::as_const(f.v)), std::span(&value, 1), column(f.g), column(f.hv));
+  f.with([&](auto& nll) { nll.value_grad_hessp(column(f.x), column(std::as_const(f.v)), std::span(&value, 1), column(f.g), column(f.hv)); });
   return value;
 }
 
 void BM_Hessian(benchmark::State& state, Config c) {
   Fixture& f = fixture(c);
-  const index_t n = f.nll->size();
+  const index_t n = f.size();
   f.H.resize(static_cast<std::size_t>(n * n));
   double value = 0;
   const double t = run(state, [&] {
-    f.nll->hessian(fitlib::ConstBlockView<double>(f.x.data(), n, 1), std::span(&value, 1),
+    f.dense->hessian(fitlib::ConstBlockView<double>(f.x.data(), n, 1), std::span(&value, 1),
                    fitlib::BlockView<double>(f.g.data(), n, 1), fitlib::BlockView<double>(f.H.data(), n, n));
     benchmark::DoNotOptimize(f.H.data());
   });
-  // The lower triangle of Mᵀ·D·M over (cells + bins) rows of n columns: rows·n·(n+1) flops.
-  const double rows = static_cast<double>(c.bins * (c.procs + 1));
+  // The lower triangle of Mᵀ·D·M over (cells + bin) rows of n columns: rows·n·(n+1) flops; with
+  // multiplicative β each bin has two bin rows (bbstat.hpp).
+  const double rows = static_cast<double>(c.bins * (c.procs + (c.bin_by_bin ? 2 : 1)));
   const double flops = rows * static_cast<double>(n) * static_cast<double>(n + 1);
   state.counters["GFLOPs"] = flops / t / 1e9;
   state.counters["gemm_fraction"] = flops / t / dgemm_rate();
@@ -184,6 +198,17 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(full("BM_Hvp").c_str(), BM_Bandwidth<double (*)(Fixture&)>, c, nll_grad_hvp)->Unit(benchmark::kMillisecond);
         benchmark::RegisterBenchmark(full("BM_Hessian").c_str(), BM_Hessian, c)->Unit(benchmark::kMillisecond);
       }
+  // Bin-by-bin statistics (rabbit's default: lite, gamma) on the dense models; sparse storage at
+  // two densities, its roofline counted on the bytes it actually streams.
+  auto add = [&](const Config& c, bool hessian) {
+    const std::string name = c.name();
+    auto full = [&](const char* kernel) { return std::string(kernel) + "/" + name; };
+    benchmark::RegisterBenchmark(full("BM_NllGrad").c_str(), BM_Bandwidth<double (*)(Fixture&)>, c, nll_grad)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(full("BM_Hvp").c_str(), BM_Bandwidth<double (*)(Fixture&)>, c, nll_grad_hvp)->Unit(benchmark::kMillisecond);
+    if (hessian) benchmark::RegisterBenchmark(full("BM_Hessian").c_str(), BM_Hessian, c)->Unit(benchmark::kMillisecond);
+  };
+  for (index_t nsyst : {100, 1000}) add(Config{100000, 8, nsyst, false, 1.0, true}, true);
+  for (double density : {0.05, 0.2}) add(Config{100000, 8, 1000, false, density, false}, false);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -14,9 +14,14 @@ namespace fitlib::bench {
 struct Config {
   index_t bins, procs, nsyst;
   bool asymmetric;
+  double density = 1.0;     ///< fraction of non-zero logk entries; below 1 the model is stored sparse
+  bool bin_by_bin = false;  ///< template variances (10–50 effective events per cell), so β is profiled
+  bool sparse() const { return density < 1.0; }
   std::string name() const {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "bins:%td/procs:%td/nsyst:%td/%s", bins, procs, nsyst, asymmetric ? "asym" : "sym");
+    char buf[128];
+    int n = std::snprintf(buf, sizeof buf, "bins:%td/procs:%td/nsyst:%td/%s", bins, procs, nsyst, asymmetric ? "asym" : "sym");
+    if (sparse()) n += std::snprintf(buf + n, sizeof buf - static_cast<std::size_t>(n), "/sparse:%g", density);
+    if (bin_by_bin) std::snprintf(buf + n, sizeof buf - static_cast<std::size_t>(n), "/bb:lite");
     return buf;
   }
 };
@@ -30,7 +35,8 @@ inline double hash_uniform(std::uint64_t i) {
   return static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0;
 }
 
-/// One signal and procs−1 backgrounds, log-normal variations of a few per cent, all constrained.
+/// One signal and procs−1 backgrounds, log-normal variations of a few per cent, all constrained;
+/// dense, or sparse with a fraction `density` of the variations non-zero.
 inline std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c) {
   auto m = std::make_shared<fitlib::Model>();
   m->channels.push_back({"ch", c.bins, false});
@@ -42,13 +48,43 @@ inline std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c) {
   m->poi_default = {1.0};
   const index_t cells = c.bins * c.procs, nc = m->ncoef();
   m->nominal.resize(static_cast<std::size_t>(cells));
-  m->logk.resize(static_cast<std::size_t>(cells * nc));
   for (index_t i = 0; i < cells; ++i) m->nominal[static_cast<std::size_t>(i)] = 50.0 + 40.0 * hash_uniform(static_cast<std::uint64_t>(i));
-  for (std::size_t i = 0; i < m->logk.size(); ++i) m->logk[i] = 0.02 * hash_uniform(i + 0x1234567ULL);
+  if (c.sparse()) {  // built as CSR directly: the dense tensor of the largest models would not fit
+    fitlib::SparseTemplates t;
+    t.nbins_full = c.bins;
+    t.nprocs = c.procs;
+    t.ncoef = nc;
+    t.row_begin.push_back(0);
+    for (index_t b = 0; b <= c.bins; ++b) t.bin_begin.push_back(b * c.procs);
+    for (index_t i = 0; i < cells; ++i) {
+      t.cell_process.push_back(i % c.procs);
+      t.cell_nominal.push_back(m->nominal[static_cast<std::size_t>(i)]);
+      for (index_t k = 0; k < nc; ++k) {
+        const auto e = static_cast<std::uint64_t>(i * nc + k);
+        if (0.5 * (hash_uniform(e + 0x777ULL) + 1.0) >= c.density) continue;
+        t.col.push_back(k);
+        t.val.push_back(0.02 * hash_uniform(e + 0x1234567ULL));
+      }
+      t.row_begin.push_back(static_cast<index_t>(t.val.size()));
+    }
+    m->sparse = std::move(t);
+  } else {
+    m->logk.resize(static_cast<std::size_t>(cells * nc));
+    for (std::size_t i = 0; i < m->logk.size(); ++i) m->logk[i] = 0.02 * hash_uniform(i + 0x1234567ULL);
+  }
+  if (c.bin_by_bin) {
+    m->sumw2.resize(static_cast<std::size_t>(cells));
+    for (index_t i = 0; i < cells; ++i) {
+      const double n = m->nominal[static_cast<std::size_t>(i)];
+      m->sumw2[static_cast<std::size_t>(i)] = n * n / (30.0 + 20.0 * hash_uniform(static_cast<std::uint64_t>(i) + 0xbbULL));
+    }
+  }
+  const auto nominal = m->nominal;
+  if (c.sparse()) m->nominal = {};
   m->data.resize(static_cast<std::size_t>(c.bins));
   for (index_t b = 0; b < c.bins; ++b) {
     double nu = 0;
-    for (index_t p = 0; p < c.procs; ++p) nu += m->nominal[static_cast<std::size_t>(b * c.procs + p)];
+    for (index_t p = 0; p < c.procs; ++p) nu += nominal[static_cast<std::size_t>(b * c.procs + p)];
     m->data[static_cast<std::size_t>(b)] = std::round(nu * (1.0 + 0.05 * hash_uniform(static_cast<std::uint64_t>(b) + 77)));
   }
   return m;

@@ -52,6 +52,17 @@ inline fitlib::Model demo_analysis(bool asimov = false) {
   mb.set_nominal("control_region", "ttbar", tt_cr).set_nominal("control_region", "wjets", wj_cr);
   mb.set_nominal("fiducial", "signal", fid);
 
+  // Finite Monte-Carlo samples: each template bin holds the sum of weights of its simulated
+  // events, sumw2 = N²/k with k effective events (fewer for the data-driven QCD estimate).
+  auto mc_variance = [](const std::vector<double>& h, double events_per_yield) {
+    std::vector<double> v(h.size());
+    for (std::size_t i = 0; i < h.size(); ++i) v[i] = h[i] / events_per_yield;  // N²/(events_per_yield·N)
+    return v;
+  };
+  mb.set_variances("signal_region", "signal", mc_variance(sig, 20.0)).set_variances("signal_region", "ttbar", mc_variance(tt, 4.0));
+  mb.set_variances("signal_region", "wjets", mc_variance(wj, 2.0)).set_variances("signal_region", "qcd", mc_variance(qcd, 0.5));
+  mb.set_variances("control_region", "ttbar", mc_variance(tt_cr, 4.0)).set_variances("control_region", "wjets", mc_variance(wj_cr, 2.0));
+
   for (const char* proc : {"signal", "ttbar", "wjets", "qcd"}) {
     mb.add_norm_variation("lumi", "signal_region", proc, 1.025);
     mb.add_norm_variation("muon_eff", "signal_region", proc, 1.02, 0.97);  // asymmetric

@@ -25,6 +25,9 @@ struct RandomModelSpec {
   bool zero_counts = true;     ///< every fourth unmasked bin observes n = 0
   bool absent_cells = true;    ///< the last process is absent (N = 0) in every third bin
   double mu_default = 1.0;
+  /// Template variances (sumw2) with 3–40 effective MC events per cell; process 1 is exact
+  /// (sumw2 = 0) in every other bin and unmasked bin 3 has exact templates throughout.
+  bool template_stats = false;
   std::uint64_t seed = 1;
 };
 
@@ -65,6 +68,15 @@ inline Model random_model(const RandomModelSpec& sp) {
     double nu = 0;
     for (index_t p = 0; p < P; ++p) nu += m.nominal[static_cast<std::size_t>(b * P + p)];
     m.data.push_back(sp.zero_counts && b % 4 == 2 ? 0.0 : std::max(0.0, std::round(nu * (1.0 + 0.15 * gauss(rng)))));
+  }
+  if (sp.template_stats) {
+    m.sumw2.resize(m.nominal.size());
+    for (index_t b = 0; b < bf; ++b)
+      for (index_t p = 0; p < P; ++p) {
+        const auto c = static_cast<std::size_t>(b * P + p);
+        const bool exact = b == 3 || (p == 1 && b % 2 == 0);
+        m.sumw2[c] = exact ? 0.0 : m.nominal[c] * m.nominal[c] / (3.0 + 37.0 * unif(rng));
+      }
   }
   m.validate();
   return m;

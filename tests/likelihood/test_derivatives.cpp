@@ -2,6 +2,7 @@
 // Analytic gradient, Hessian-vector products and dense Hessian against central finite differences.
 #include <catch2/catch.hpp>
 
+#include "derivative_checks.hpp"
 #include "random_model.hpp"
 
 using namespace fitlib;
@@ -49,63 +50,9 @@ TEST_CASE("derivatives match central finite differences for every feature combin
   opts.allow_negative_poi = linear_poi;
   opts.data_term = data_term;
   SerialLikelihood nll(model, {}, opts);
-  const index_t n = nll.size();
-
-  auto value = [&](const std::vector<double>& x) { return std::vector<double>{nll.value(x)}; };
-  const auto gradient = test::gradient_function(nll);
-
   for (std::uint64_t point = 0; point < 3; ++point) {
-    const auto x = test::test_point(model, point, linear_poi);
     INFO("point " << point);
-    const auto g = gradient(x);
-
-    // Gradient: one directional difference per parameter, step scaled to the parameter.
-    std::vector<double> g_fd(static_cast<std::size_t>(n));
-    for (index_t i = 0; i < n; ++i) {
-      std::vector<double> e(static_cast<std::size_t>(n), 0.0);
-      e[static_cast<std::size_t>(i)] = 1.0;
-      const double h = 1e-3 * std::max(1.0, std::abs(x[static_cast<std::size_t>(i)]));
-      g_fd[static_cast<std::size_t>(i)] = central_difference(value, x, e, h)[0];
-    }
-    CHECK(rel_error(g, g_fd) < 1e-7);
-
-    // Dense Hessian: columns against differences of the gradient.
-    std::vector<double> f(1), gh(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
-    nll.hessian(ConstBlockView<double>(x.data(), n, 1), f, BlockView<double>(gh.data(), n, 1), BlockView<double>(H.data(), n, n));
-    CHECK(gh == g);
-    CHECK(f[0] == nll.value(x));
-    for (index_t i = 0; i < n; ++i) {
-      std::vector<double> e(static_cast<std::size_t>(n), 0.0);
-      e[static_cast<std::size_t>(i)] = 1.0;
-      const double h = 1e-3 * std::max(1.0, std::abs(x[static_cast<std::size_t>(i)]));
-      const auto col_fd = central_difference(gradient, x, e, h);
-      const std::vector<double> col(H.begin() + i * n, H.begin() + (i + 1) * n);
-      INFO("Hessian column " << i);
-      CHECK(rel_error(col, col_fd) < 1e-7);
-    }
-    for (index_t i = 0; i < n; ++i)
-      for (index_t j = 0; j < i; ++j) REQUIRE(H[static_cast<std::size_t>(i + j * n)] == H[static_cast<std::size_t>(j + i * n)]);
-
-    // Hessian-vector products for a block of directions at the same point, from one pass.
-    const index_t ndir = 3;
-    std::vector<double> V(static_cast<std::size_t>(n * ndir)), HV(V.size());
-    std::mt19937_64 rng(point);
-    std::normal_distribution<double> gauss;
-    for (auto& v : V) v = gauss(rng);
-    nll.hessp(ConstBlockView<double>(x.data(), n, 1), ConstBlockView<double>(V.data(), n, ndir), BlockView<double>(HV.data(), n, ndir));
-    for (index_t k = 0; k < ndir; ++k) {
-      const std::vector<double> v(V.begin() + k * n, V.begin() + (k + 1) * n);
-      const std::vector<double> hv(HV.begin() + k * n, HV.begin() + (k + 1) * n);
-      double vmax = 0;
-      for (double a : v) vmax = std::max(vmax, std::abs(a));
-      INFO("direction " << k);
-      CHECK(rel_error(hv, central_difference(gradient, x, v, 1e-3 / vmax)) < 1e-7);
-      // ... and equal to the dense Hessian times v.
-      std::vector<double> Hv(static_cast<std::size_t>(n), 0.0);
-      for (index_t j = 0; j < n; ++j)
-        for (index_t i = 0; i < n; ++i) Hv[static_cast<std::size_t>(i)] += H[static_cast<std::size_t>(i + j * n)] * v[static_cast<std::size_t>(j)];
-      CHECK(rel_error(hv, Hv) < 1e-12);
-    }
+    test::check_derivatives(nll, test::test_point(model, point, linear_poi), 1e-7, point);
   }
 }
 

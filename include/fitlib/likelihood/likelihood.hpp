@@ -13,8 +13,11 @@
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/partition.hpp"
+#include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/likelihood/cell.hpp"
+#include "fitlib/likelihood/covariance_term.hpp"
 #include "fitlib/likelihood/options.hpp"
+#include "fitlib/likelihood/regularizer.hpp"
 #include "fitlib/likelihood/shard.hpp"
 #include "fitlib/model/model.hpp"
 
@@ -48,6 +51,10 @@ class Likelihood {
     }
     if (opts_.data_term == DataTerm::chisq)
       check_variances(model_->data_variance.empty() ? model_->data : model_->data_variance);
+    if (opts_.data_term == DataTerm::covariance) {
+      covariance_ = CovarianceTerm(*model_, BinByBinStats::build(*model_, {0, model_->nbins()}, opts_.bin_by_bin, opts_.data_term));
+      counts_ = model_->data;
+    }
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
     for (const BinRange& r : partition_bins(*model_, k)) shards_.emplace_back(model_, r, policy, opts_);
     partial_.resize(shards_.size());
@@ -97,6 +104,7 @@ class Likelihood {
                           std::to_string(counts[i]) + "; counts must be finite and non-negative");
     if (variances.empty()) variances = counts;
     if (opts_.data_term == DataTerm::chisq) check_variances(variances);
+    if (opts_.data_term == DataTerm::covariance) counts_.assign(counts.begin(), counts.end());
     for (auto& s : shards_) {
       const BinRange r = s.bins();
       const index_t b1 = std::min(r.end, model_->nbins()), b0 = std::min(r.begin, b1);
@@ -117,6 +125,26 @@ class Likelihood {
     theta0_.assign(theta0.begin(), theta0.end());
   }
   const std::vector<double>& constraint_centres() const { return theta0_; }
+
+  /// Adds a penalty term (regularizer.hpp) and binds it: a parameter penalty resolves its names; an
+  /// observable penalty gets the bin yields of its bins at the default parameters as its reference
+  /// (rabbit's ν⁰, §3.6). Only the bins an observable penalty reads pay for a second pass.
+  void add_regularizer(std::shared_ptr<Regularizer> r) {
+    if (!r) throw usage_error("add_regularizer needs a regularizer, got a null pointer");
+    std::vector<double> reference;
+    if (r->needs_observables()) {
+      const BinRange br = r->observable_bins();
+      if (br.begin < 0 || br.end > model_->nbins_full() || br.begin >= br.end)
+        throw usage_error("regularizer '" + r->name() + "' reads bins [" + std::to_string(br.begin) + ", " + std::to_string(br.end) +
+                          "), outside the model's " + std::to_string(model_->nbins_full()) + " bins");
+      const auto x0 = default_parameters();
+      Eigen::MatrixXd o(br.size(), 1);
+      gather_observables(br, column(x0), {}, o, nullptr);
+      reference.assign(o.data(), o.data() + o.size());
+    }
+    r->bind(names_, reference);
+    regularizers_.push_back(std::move(r));
+  }
 
   // ---- the objective concept -------------------------------------------------------------
 
@@ -139,16 +167,23 @@ class Likelihood {
     const index_t n = nparams_, nx = x.cols;
     require(hess.rows == n && hess.cols == n * nx, "hessian output", n, n * nx, hess);
     evaluate(x, {}, f, g, {});
+    const bool coupled = opts_.data_term == DataTerm::covariance;
+    if (coupled) rows_.resize(model_->nbins(), n);
     for (index_t j = 0; j < nx; ++j) {
       BlockView<double> hj = hess.block_cols(j * n, n);
       for (std::size_t k = 0; k < shards_.size(); ++k) {
         auto& buf = partial_[k].hess;
         buf.resize(static_cast<std::size_t>(n * n));
-        shards_[k].hessian(x, j, k == 0 ? hj : BlockView<double>(buf.data(), n, n));
+        const index_t b0 = data_offset(k);
+        shards_[k].hessian(x, j, k == 0 ? hj : BlockView<double>(buf.data(), n, n),
+                           coupled ? data_rows(y_, b0, k).block_cols(j, 1) : ConstBlockView<double>{},
+                           coupled ? BlockView<double>(rows_.data() + b0, shards_[k].ndata(), n, rows_.rows()) : BlockView<double>{});
         if (k > 0) add(hj, ConstBlockView<double>(buf.data(), n, n));
       }
+      if (coupled) covariance_.add_curvature(j, rows_, hj);
     }
     add_global_terms(x, {}, {}, {}, {}, hess);
+    add_regularizer_hessians(x, hess);
   }
 
   // ---- conveniences for one parameter vector ---------------------------------------------
@@ -225,20 +260,142 @@ class Likelihood {
       require(v.rows == n && (nv == nx || nx == 1), "direction block", n, nx, v);
       require(hv.rows == n && hv.cols == nv, "Hessian-vector output", n, nv, hv);
     }
+    const bool coupled = opts_.data_term == DataTerm::covariance;
+    if (coupled) solve_coupled(x, v, f);
     for (std::size_t k = 0; k < shards_.size(); ++k) {
       Partials& p = partial_[k];
-      PartialRequest rq{x, nv > 0 ? v : ConstBlockView<double>{}, nullptr, {}, {}};
+      PartialRequest rq{x, nv > 0 ? v : ConstBlockView<double>{}, nullptr, {}, {}, {}, {}};
+      if (coupled) {
+        rq.coupled_y = data_rows(y_, data_offset(k), k);
+        if (nv > 0) rq.coupled_z = data_rows(z_, data_offset(k), k);
+      }
       // Shard 0 writes straight into the outputs; the others into buffers added in shard order.
-      if (!f.empty()) rq.nll = k == 0 ? f.data() : sized(p.nll, nx);
+      if (!f.empty() && !coupled) rq.nll = k == 0 ? f.data() : sized(p.nll, nx);
       if (!g.empty()) rq.grad = k == 0 ? g : BlockView<double>(sized(p.grad, n * nx), n, nx);
       if (nv > 0) rq.hvp = k == 0 ? hv : BlockView<double>(sized(p.hvp, n * nv), n, nv);
       shards_[k].partials(rq);
       if (k == 0) continue;
-      if (!f.empty()) add(BlockView<double>(f.data(), 1, nx), ConstBlockView<double>(p.nll.data(), 1, nx));
+      if (!f.empty() && !coupled) add(BlockView<double>(f.data(), 1, nx), ConstBlockView<double>(p.nll.data(), 1, nx));
       if (!g.empty()) add(g, ConstBlockView<double>(p.grad.data(), n, nx));
       if (nv > 0) add(hv, ConstBlockView<double>(p.hvp.data(), n, nv));
     }
     add_global_terms(x, v, f, g, hv, {});
+    add_regularizers(regularizers_, x, v, f, g, hv);
+  }
+
+  /// Shard k's part of the global bin range br: its local bins and the rows they fill.
+  struct Overlap {
+    BinRange local;
+    index_t row = 0;
+  };
+  Overlap overlap(std::size_t k, BinRange br) const {
+    const BinRange r = shards_[k].bins();
+    const index_t lo = std::max(r.begin, br.begin), hi = std::min(r.end, br.end);
+    if (lo >= hi) return {};
+    return {{lo - r.begin, hi - r.begin}, lo - br.begin};
+  }
+
+  /// The observables o_b = Σ_p ν_bp of the bins br for every column of x (`o`, `[br.size() × nx]`)
+  /// and their directional derivatives (`dobs`, may be null), gathered from the shards.
+  void gather_observables(BinRange br, ConstBlockView<double> x, ConstBlockView<double> v, Eigen::MatrixXd& o, Eigen::MatrixXd* dobs) {
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      const Overlap ov = overlap(k, br);
+      if (ov.local.size() == 0) continue;
+      const index_t nr = ov.local.size(), ld = br.size();
+      shards_[k].observables(x, v, ov.local, BlockView<double>(o.data() + ov.row, nr, o.cols(), ld),
+                             dobs ? BlockView<double>(dobs->data() + ov.row, nr, dobs->cols(), ld) : BlockView<double>{});
+    }
+  }
+
+  /// The regularizers' values, gradients and HVPs, added to the outputs: parameter penalties
+  /// directly, observable ones through their bins' forward and backward passes.
+  void add_regularizers(std::span<const std::shared_ptr<Regularizer>> regs, ConstBlockView<double> x, ConstBlockView<double> v,
+                        std::span<double> f, BlockView<double> g, BlockView<double> hv) {
+    const index_t nx = x.cols, nv = v.empty() ? 0 : v.cols, n = nparams_;
+    auto point_of = [&](index_t k) { return nx == 1 ? index_t{0} : k; };
+    for (const auto& r : regs) {
+      if (!r->needs_observables()) {
+        for (index_t j = 0; j < nx; ++j) {
+          const double value = r->value_grad({x.col(j), static_cast<std::size_t>(n)}, g.empty() ? std::span<double>{} : std::span(g.col(j), static_cast<std::size_t>(n)));
+          if (!f.empty()) f[static_cast<std::size_t>(j)] += value;
+        }
+        for (index_t k = 0; k < nv; ++k) r->hessp({x.col(point_of(k)), static_cast<std::size_t>(n)}, v.block_cols(k, 1), hv.block_cols(k, 1));
+        continue;
+      }
+      const BinRange br = r->observable_bins();
+      const index_t nb = br.size();
+      Eigen::MatrixXd o(nb, nx), dobs(nb, nv), y = Eigen::MatrixXd::Zero(nb, nx), z = Eigen::MatrixXd::Zero(nb, nv);
+      gather_observables(br, x, v, o, &dobs);
+      for (index_t j = 0; j < nx; ++j) {
+        const double value = r->value_grad({o.col(j).data(), static_cast<std::size_t>(nb)}, {y.col(j).data(), static_cast<std::size_t>(nb)});
+        if (!f.empty()) f[static_cast<std::size_t>(j)] += value;
+      }
+      for (index_t k = 0; k < nv; ++k)
+        r->hessp({o.col(point_of(k)).data(), static_cast<std::size_t>(nb)}, {dobs.col(k).data(), nb, 1}, {z.col(k).data(), nb, 1});
+      if (g.empty() && nv == 0) continue;
+      for (std::size_t k = 0; k < shards_.size(); ++k) {
+        const Overlap ov = overlap(k, br);
+        if (ov.local.size() == 0) continue;
+        shards_[k].observable_backward(x, v, ov.local, {y.data() + ov.row, ov.local.size(), nx, nb}, {z.data() + ov.row, ov.local.size(), nv, nb}, g, hv);
+      }
+    }
+  }
+
+  /// The regularizers' dense Hessians: parameter penalties give theirs; for an observable penalty
+  /// the columns are its HVPs along every unit vector, from one batched pass over its bins only,
+  /// symmetrized.
+  void add_regularizer_hessians(ConstBlockView<double> x, BlockView<double> hess) {
+    const index_t n = nparams_;
+    for (index_t j = 0; j < x.cols && !regularizers_.empty(); ++j) {
+      BlockView<double> hj = hess.block_cols(j * n, n);
+      const ConstBlockView<double> xj = x.block_cols(j, 1);
+      for (const auto& r : regularizers_) {
+        if (!r->needs_observables()) {
+          r->add_hessian({xj.col(0), static_cast<std::size_t>(n)}, hj);
+          continue;
+        }
+        const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(n, n);
+        Eigen::MatrixXd A = Eigen::MatrixXd::Zero(n, n);
+        add_regularizers(std::span(&r, 1), xj, {I.data(), n, n}, {}, {}, BlockView<double>(A.data(), n, n));
+        for (index_t c = 0; c < n; ++c)
+          for (index_t rr = 0; rr < n; ++rr) hj(rr, c) += 0.5 * (A(rr, c) + A(c, rr));
+      }
+    }
+  }
+
+  /// First global bin of shard k's data bins.
+  index_t data_offset(std::size_t k) const { return std::min(shards_[k].bins().begin, model_->nbins()); }
+  /// Shard k's rows of a `[nbins × cols]` per-bin matrix.
+  ConstBlockView<double> data_rows(const Eigen::MatrixXd& a, index_t b0, std::size_t k) const {
+    return {a.data() + b0, shards_[k].ndata(), a.cols(), a.rows()};
+  }
+
+  /// The covariance term's global step between the shards' forward and backward passes: gathers
+  /// ν' and q (and their directional derivatives) of every data bin, then per column the value
+  /// ½·rᵀ·y into f, y = (C + diag q)⁻¹·r, and per direction z = (C + diag q)⁻¹·(dν' − y·dq).
+  void solve_coupled(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f) {
+    const index_t B = model_->nbins(), nx = x.cols, nv = v.empty() ? 0 : v.cols;
+    nu_.resize(B, nx);
+    q_.resize(B, nx);
+    y_.resize(B, nx);
+    dnu_.resize(B, nv);
+    dq_.resize(B, nv);
+    z_.resize(B, nv);
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      const index_t b0 = data_offset(k), nd = shards_[k].ndata();
+      auto rows = [&](Eigen::MatrixXd& a) { return BlockView<double>(a.data() + b0, nd, a.cols(), B); };
+      shards_[k].coupled_aggregates(x, nv > 0 ? v : ConstBlockView<double>{}, rows(nu_), rows(q_), rows(dnu_), rows(dq_));
+    }
+    for (index_t j = 0; j < nx; ++j) {
+      const double value = covariance_.solve(j, {nu_.col(j).data(), static_cast<std::size_t>(B)}, {q_.col(j).data(), static_cast<std::size_t>(B)},
+                                             counts_, y_.col(j).data());
+      if (!f.empty()) f[static_cast<std::size_t>(j)] = value;
+    }
+    for (index_t k = 0; k < nv; ++k) {
+      const index_t j = nx == 1 ? 0 : k;
+      const Eigen::VectorXd t = dnu_.col(k) - y_.col(j).cwiseProduct(dq_.col(k));
+      covariance_.apply(j, t.data(), z_.col(k).data());
+    }
   }
 
   /// The terms that depend on parameters only, added once after the shards' data terms: the
@@ -314,10 +471,18 @@ class Likelihood {
   std::vector<ResolvedTerm> external_;
   std::vector<ShardT> shards_;
   std::vector<Partials> partial_;
+  // The covariance term: its matrices, the counts, and the per-bin workspaces of solve_coupled.
+  CovarianceTerm covariance_;
+  std::vector<double> counts_;
+  Eigen::MatrixXd nu_, q_, y_, dnu_, dq_, z_, rows_;
+  std::vector<std::shared_ptr<Regularizer>> regularizers_;
 };
 
 /// The likelihood on one CPU thread with dense templates.
 using SerialLikelihood = Likelihood<Shard<cpu::Serial, storage::Dense>>;
+
+/// The likelihood on one CPU thread with sparse templates (rabbit's sparse tensors, §1.3).
+using SparseSerialLikelihood = Likelihood<Shard<cpu::Serial, storage::Sparse>>;
 
 static_assert(objective_with_hessian<SerialLikelihood>);
 

@@ -2,6 +2,7 @@
 // Options of the binned likelihood.
 #pragma once
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,38 @@ namespace fitlib {
 enum class DataTerm {
   poisson,  ///< reduced Poisson: ν − n − n·(ln ν − ln n), with rabbit's n = 0 convention
   chisq,    ///< ½·(ν − n)²/σ² with σ² the data variances (rabbit's --chisqFit)
+  covariance,  ///< ½·(n − ν)ᵀ·C⁻¹·(n − ν) with the model's inverse data covariance (--covarianceFit)
+};
+
+/// Bin-by-bin template statistics (Barlow–Beeston, rabbit-likelihood-and-format.md §3.4): one
+/// parameter β per bin (lite) or per bin and process (full) for the finite size of the templates.
+enum class BinByBinMode { lite, full };
+
+/// How β acts on the yields and what constrains it (§2.5, §3.4).
+enum class BinByBinType {
+  automatic,              ///< rabbit's choice: normal_additive for the covariance term, else
+                          ///< normal_multiplicative in full mode, else gamma
+  gamma,                  ///< ν ← β·ν with a gamma constraint of shape k = sumw²/sumw2 (β₀ = 1)
+  normal_multiplicative,  ///< ν ← β·ν with a Gaussian constraint of width 1/√k (β₀ = 1)
+  normal_additive,        ///< ν ← ν + √sumw2·β with a unit Gaussian constraint (β₀ = 0)
+};
+
+struct BinByBinOptions {
+  /// Profile β in every evaluation (rabbit's default; --noBinByBinStat turns it off). A model
+  /// without template variances (`Model::sumw2` empty) has exact templates: β then changes nothing.
+  bool enabled = true;
+  BinByBinMode mode = BinByBinMode::lite;
+  BinByBinType type = BinByBinType::automatic;
+  /// Bins (lite) or cells (full) with fewer effective MC events k = sumw²/sumw2 keep β = β₀
+  /// (rabbit's --minBBKstat); 0 masks nothing.
+  double min_kstat = 0;
+
+  /// The type `automatic` stands for under a data term.
+  BinByBinType resolved(DataTerm data_term) const {
+    if (type != BinByBinType::automatic) return type;
+    if (data_term == DataTerm::covariance) return BinByBinType::normal_additive;
+    return mode == BinByBinMode::full ? BinByBinType::normal_multiplicative : BinByBinType::gamma;
+  }
 };
 
 struct LikelihoodOptions {
@@ -26,12 +59,22 @@ struct LikelihoodOptions {
   /// Template rows (bin·process cells) per block of the dense-Hessian GEMMs; ≥ 1. Deeper blocks
   /// run the GEMMs closer to their peak, shallower ones keep the block workspace in cache.
   index_t hessian_block_rows = 256;
+  /// Bin-by-bin template statistics.
+  BinByBinOptions bin_by_bin = {};
 
   /// Throws `std::invalid_argument` naming the field and its allowed range.
   void validate() const {
     if (shards < 0) throw std::invalid_argument("LikelihoodOptions::shards must be ≥ 0 (0 = automatic), got " + std::to_string(shards));
     if (hessian_block_rows < 1)
       throw std::invalid_argument("LikelihoodOptions::hessian_block_rows must be ≥ 1, got " + std::to_string(hessian_block_rows));
+    if (!(bin_by_bin.min_kstat >= 0) || !std::isfinite(bin_by_bin.min_kstat))
+      throw std::invalid_argument("LikelihoodOptions::bin_by_bin.min_kstat must be finite and ≥ 0, got " +
+                                  std::to_string(bin_by_bin.min_kstat));
+    // The covariance term's β profile is a linear solve: a gamma constraint has no closed form there (§3.4).
+    if (bin_by_bin.enabled && data_term == DataTerm::covariance && bin_by_bin.resolved(data_term) == BinByBinType::gamma)
+      throw std::invalid_argument(
+          "LikelihoodOptions: the covariance data term cannot profile gamma bin-by-bin parameters; set bin_by_bin.type to "
+          "normal_additive or normal_multiplicative (or disable bin_by_bin)");
   }
 };
 

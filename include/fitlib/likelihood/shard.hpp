@@ -15,17 +15,14 @@
 #include "fitlib/detail/lanes.hpp"
 #include "fitlib/device/partition.hpp"
 #include "fitlib/device/serial.hpp"
+#include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/likelihood/cell.hpp"
 #include "fitlib/likelihood/interpolation.hpp"
 #include "fitlib/likelihood/options.hpp"
+#include "fitlib/likelihood/templates.hpp"
 #include "fitlib/model/model.hpp"
 
 namespace fitlib {
-
-namespace storage {
-/// Templates stored as the dense matrix `[(bins·procs) × ncoef]`, one row per cell.
-struct Dense {};
-}  // namespace storage
 
 /// What one pass over a shard computes, for a block of `nx` parameter columns `x` and optionally
 /// `nv` directions `v` (one per column, or all at one point when `nx == 1`). Every output is
@@ -36,28 +33,34 @@ struct PartialRequest {
   double* nll = nullptr;      ///< `[nx]`, or null
   BlockView<double> grad;     ///< `[nparams × nx]`, or empty
   BlockView<double> hvp;      ///< `[nparams × nv]`, or empty
+  /// The covariance term, which couples the bins (bbstat.hpp, coupled_bin): per data bin of the
+  /// shard y = (C + diag q)⁻¹·r for each column and z = (C + diag q)⁻¹·(dν' − y·dq) for each
+  /// direction, computed by the likelihood from `coupled_aggregates`. Empty for separable terms;
+  /// when set, `nll` is not written (the likelihood owns the value).
+  ConstBlockView<double> coupled_y, coupled_z;
 };
 
 template <class Policy, class Storage = storage::Dense>
 class Shard;
 
-/// A host shard over dense templates. It reads the templates in place from the shared model (on
-/// the host a copy would only cost memory), so the model must not change while the shard lives;
-/// it owns its data and workspaces.
+/// A host shard over dense or sparse templates (templates.hpp). It reads the templates in place
+/// from the shared model (on the host a copy would only cost memory), so the model must not change
+/// while the shard lives; it owns its data and workspaces. Per-cell arrays are indexed by the cell
+/// c of the bin (every process when dense, the non-zero ones when sparse), per-process ones by p.
 ///
 /// Every pass walks the bins once: for each bin it runs the forward products of all its cells
 /// (`L = K_row · C` for all columns and directions), the per-bin data-term algebra, then the backward
 /// products (`acc += K_rowᵀ · U`) while the bin's rows are still in cache, so the templates stream
 /// from memory once per evaluation whatever is computed (DESIGN.md, "The numerical core").
-template <class Policy>
+template <class Policy, class Storage>
   requires cpu::is_host_policy_v<Policy>
-class Shard<Policy, storage::Dense> {
+class Shard<Policy, Storage> {
  public:
   using policy_type = Policy;
 
   Shard(std::shared_ptr<const Model> model, BinRange bins, Policy policy = {}, const LikelihoodOptions& opts = {})
       : model_(std::move(model)), policy_(policy), range_(bins), linear_poi_(opts.allow_negative_poi), data_term_(opts.data_term),
-        hessian_block_rows_(opts.hessian_block_rows) {
+        hessian_block_rows_(opts.hessian_block_rows), tpl_(*model_, bins) {
     const Model& m = *model_;
     type_ = m.systematic_type;
     symmetric_ = m.symmetric;
@@ -69,13 +72,12 @@ class Shard<Policy, storage::Dense> {
     if (bins.begin < 0 || bins.end > m.nbins_full() || bins.begin > bins.end)
       throw usage_error("bin range [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) +
                         ") is outside the model's " + std::to_string(m.nbins_full()) + " bins");
-    nominal_ = m.nominal.data() + bins.begin * nprocs_;
-    logk_ = m.logk.data() + bins.begin * nprocs_ * ncoef_;
     ndata_ = std::max<index_t>(0, std::min(bins.end, m.nbins()) - bins.begin);
     const auto mine = [&](const std::vector<double>& v) {
       return std::span(v).subspan(static_cast<std::size_t>(std::min(bins.begin, m.nbins())), static_cast<std::size_t>(ndata_));
     };
     set_data(mine(m.data), mine(m.data_variance.empty() ? m.data : m.data_variance));
+    bb_ = BinByBinStats::build(m, {bins.begin, bins.begin + ndata_}, opts.bin_by_bin, opts.data_term);
     poi_of_process_ = m.poi_of_process();
     for (index_t p = 0; p < nprocs_; ++p) {
       const index_t q = poi_of_process_[static_cast<std::size_t>(p)];
@@ -85,6 +87,9 @@ class Shard<Policy, storage::Dense> {
   }
 
   BinRange bins() const { return range_; }
+  /// Data (unmasked) bins of the shard: the first `ndata()` of its range.
+  index_t ndata() const { return ndata_; }
+  const BinByBinStats& bin_by_bin() const { return bb_; }
   index_t nparams() const { return nparams_; }
 
   /// Replaces the observed counts of this shard's unmasked bins (toys, Asimov, data replicas) and
@@ -113,6 +118,7 @@ class Shard<Policy, storage::Dense> {
     const index_t nx = rq.x.cols, nv = rq.v.empty() ? 0 : rq.v.cols;
     // The gradient's backward column u; an HVP needs it too, for g''·(Hᵀu), but only with an asymmetric tensor.
     const bool want_u = !rq.grad.empty() || (nv > 0 && !symmetric_);
+    const bool coupled = !rq.coupled_y.empty();
     const index_t nu = want_u ? nx : 0, nf = nx + nv, nb = nu + nv;
     auto point_of = [&](index_t k) { return nx == 1 ? index_t{0} : k; };
     prepare_columns(rq.x, rq.v);
@@ -125,83 +131,95 @@ class Shard<Policy, storage::Dense> {
     double* U = cell_U_.data();       // [P × nb]
     detail::CellYield* cy = cells_.data();  // [P × nx]
 
-    // Prefetch distance: the bin about 128 KiB ahead (at least the next one).
-    const index_t ahead = std::clamp<index_t>((index_t{1} << 17) / std::max<index_t>(1, 8 * P * ncoef_), 1, 64);
     for (index_t i = 0; i < ndata_; ++i) {
       const double n = data_[static_cast<std::size_t>(i)], aux = aux_[static_cast<std::size_t>(i)];
       // Forward: every column's and direction's L for the bin's cells.
-      const double* rows = logk_ + i * P * ncoef_;
-      // The rows `ahead` bins on are requested during the backward pass, or here when there is none.
-      const double* next = i + ahead < ndata_ ? rows + ahead * P * ncoef_ : nullptr;
-      detail::forward_rows(rows, ncoef_, P, coef_.data(), nf, ncoef_, L, nb == 0 ? next : nullptr);
+      const index_t nc = tpl_.cells(i);
+      // The rows of later bins are requested during the backward pass, or here when there is none.
+      tpl_.forward(i, coef_.data(), nf, L, nb == 0);
       for (index_t j = 0; j < nx; ++j) {
-        double nu_b = 0;
-        for (index_t p = 0; p < P; ++p) {
-          cy[p + j * P] = detail::cell_yield(type_, nominal_[i * P + p], L[p + j * P], strength(p, j), r0_[static_cast<std::size_t>(p)]);
-          nu_b += cy[p + j * P].nu;
-        }
-        const auto t = detail::data_term(data_term_, nu_b, n, aux);
-        if (rq.nll) rq.nll[j] += t.nll;
-        w_[static_cast<std::size_t>(j)] = t.w;
-        d2_[static_cast<std::size_t>(j)] = t.d2;
+        cell_yields(i, j, L, cy + j * P);
+        // The bin's term and its curvature in the cell yields, β profiled (bbstat.hpp).
+        double* g = g_.data() + j * P;
+        const auto t = coupled ? detail::coupled_bin(bb_, i, m_.data(), P, rq.coupled_y(i, j), g, delta_.data() + j * P,
+                                                     u1_.data() + j * P, u2_.data() + j * P, nullptr)
+                               : detail::profile_bin(bb_, i, data_term_, n, aux, m_.data(), P, g, delta_.data() + j * P,
+                                                     u1_.data() + j * P, u2_.data() + j * P, nullptr);
+        if (rq.nll && !coupled) rq.nll[j] += t.nll;
+        curv_[static_cast<std::size_t>(j)] = t;
         if (!want_u) continue;
-        for (index_t p = 0; p < P; ++p) {
-          U[p + j * P] = t.w * cy[p + j * P].d_L;
-          if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0) poi_acc_[q + j * npoi_] += t.w * cy[p + j * P].d_mu;
+        for (index_t c = 0; c < nc; ++c) {
+          const index_t p = tpl_.process(i, c);
+          U[c + j * P] = g[p] * cy[c + j * P].d_L;
+          if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0) poi_acc_[q + j * npoi_] += g[p] * cy[c + j * P].d_mu;
         }
       }
       for (index_t k = 0; k < nv; ++k) {
         const index_t j = point_of(k);
-        const double w = w_[static_cast<std::size_t>(j)], d2 = d2_[static_cast<std::size_t>(j)];
+        const detail::BinCurvature& t = curv_[static_cast<std::size_t>(j)];
+        const double *g = g_.data() + j * P, *delta = delta_.data() + j * P, *u1 = u1_.data() + j * P, *u2 = u2_.data() + j * P;
         const double* vk = rq.v.col(k);
-        double dnu_b = 0;
-        for (index_t p = 0; p < P; ++p) {
-          const index_t q = poi_of_process_[static_cast<std::size_t>(p)];
-          const double vq = q >= 0 ? vk[q] : 0.0;
-          dnu_b += cy[p + j * P].d_mu * vq + cy[p + j * P].d_L * L[p + (nx + k) * P];
+        // dm: the direction's change of the cell yields; h = (diag(δ) + U·S·Uᵀ)·dm.
+        double t1 = 0, t2 = 0;
+        for (index_t c = 0; c < nc; ++c) {
+          const index_t p = tpl_.process(i, c), q = poi_of_process_[static_cast<std::size_t>(p)];
+          const double dm = cy[c + j * P].d_mu * (q >= 0 ? vk[q] : 0.0) + cy[c + j * P].d_L * L[c + (nx + k) * P];
+          m_[static_cast<std::size_t>(c)] = dm;
+          t1 += u1[p] * dm;
+          t2 += u2[p] * dm;
         }
-        for (index_t p = 0; p < P; ++p) {
-          const auto& c = cy[p + j * P];
-          const index_t q = poi_of_process_[static_cast<std::size_t>(p)];
-          const double vq = q >= 0 ? vk[q] : 0.0, dL = L[p + (nx + k) * P];
-          U[p + (nu + k) * P] = d2 * dnu_b * c.d_L + w * (c.d_muL * vq + c.d_LL * dL);
-          if (q >= 0) poi_acc_[q + (nu + k) * npoi_] += d2 * dnu_b * c.d_mu + w * (c.d_mumu * vq + c.d_muL * dL);
+        // The coupled term's non-local curvature enters through u₁: z = (C + diag q)⁻¹·(Σ_bins u₁·dm).
+        const double a1 = t.s11 * t1 + t.s12 * t2 + (coupled ? rq.coupled_z(i, k) : 0.0), a2 = t.s12 * t1 + t.s22 * t2;
+        for (index_t c = 0; c < nc; ++c) {
+          const auto& y = cy[c + j * P];
+          const index_t p = tpl_.process(i, c), q = poi_of_process_[static_cast<std::size_t>(p)];
+          const double vq = q >= 0 ? vk[q] : 0.0, dL = L[c + (nx + k) * P];
+          const double h = delta[p] * m_[static_cast<std::size_t>(c)] + u1[p] * a1 + u2[p] * a2;
+          U[c + (nu + k) * P] = h * y.d_L + g[p] * (y.d_muL * vq + y.d_LL * dL);
+          if (q >= 0) poi_acc_[q + (nu + k) * npoi_] += h * y.d_mu + g[p] * (y.d_mumu * vq + y.d_muL * dL);
         }
       }
       // Backward: acc += K_rowᵀ · U for every column while the bin's rows are in cache, and the
-      // next bin's rows are on their way.
-      detail::backward_rows(rows, ncoef_, P, U, nb, ncoef_, acc_.data(), next);
+      // next bins' rows are on their way.
+      tpl_.backward(i, U, nb, acc_.data());
     }
 
-    const index_t S = nsyst_;
-    for (index_t j = 0; j < nx && !rq.grad.empty(); ++j) {
-      double* g = rq.grad.col(j);
-      const double* a = acc_.data() + j * ncoef_;
-      for (index_t q = 0; q < npoi_; ++q) g[q] = poi_acc_[q + j * npoi_];
-      for (index_t s = 0; s < S; ++s) g[npoi_ + s] = symmetric_ ? a[s] : a[s] + dg_[s + j * S] * a[S + s];
-    }
-    for (index_t k = 0; k < nv && !rq.hvp.empty(); ++k) {
-      const index_t j = point_of(k);
-      double* h = rq.hvp.col(k);
-      const double* vk = rq.v.col(k);
-      const double* a = acc_.data() + (nu + k) * ncoef_;
-      const double* au = acc_.data() + j * ncoef_;
-      for (index_t q = 0; q < npoi_; ++q) h[q] = poi_acc_[q + (nu + k) * npoi_];
-      for (index_t s = 0; s < S; ++s)
-        h[npoi_ + s] = symmetric_ ? a[s] : a[s] + dg_[s + j * S] * a[S + s] + d2g_[s + j * S] * vk[npoi_ + s] * au[S + s];
-    }
+    write_partials(rq.v, nx, nu, rq.grad, rq.hvp, false);
+  }
+
+  /// Linear observables o_b = Σ_p ν_bp of the local bins `r` (any, masked included), for the
+  /// regularizers that read yields: each column's `o` (`[r.size() × nx]`) and each direction's
+  /// derivative `dobs` (`[r.size() × nv]`, or empty). A forward-only pass over those bins.
+  void observables(ConstBlockView<double> x, ConstBlockView<double> v, BinRange r, BlockView<double> o, BlockView<double> dobs) {
+    observable_pass(x, v, r, o, dobs, {}, {}, {}, {});
+  }
+
+  /// Adds the backward pass of a penalty on the observables of the local bins `r`: y = ∂pen/∂o per
+  /// column and z = ∇²pen·do per direction give the gradient Σ_b y_b·∇o_b and the HVPs
+  /// Σ_b (z_b·∇o_b + y_b·∇²o_b·v), added into `grad` and `hvp`.
+  void observable_backward(ConstBlockView<double> x, ConstBlockView<double> v, BinRange r, ConstBlockView<double> y,
+                           ConstBlockView<double> z, BlockView<double> grad, BlockView<double> hvp) {
+    observable_pass(x, v, r, {}, {}, y, z, grad, hvp);
   }
 
   /// Data-term dense Hessian of column `j` of `x` into `hess` (`[nparams × nparams]`), as GEMMs
   /// over blocks of bins: `Hθθ = Σ_cells E_cᵀ (w ν_LL) E_c + Σ_bins J_bᵀ (n/ν²) J_b` with the
   /// effective template rows `E = K + H·diag(g')`, the bin Jacobians `J_b`, the POI cross terms and
   /// the interpolation's diagonal term `g''·(Hᵀ u)` (rabbit-likelihood-and-format.md §3.7).
-  void hessian(ConstBlockView<double> x, index_t j, BlockView<double> hess) {
+  ///
+  /// For the covariance term (`coupled_y`: y per data bin and column, see PartialRequest) this is
+  /// the local part only, and the rows R_b = Σ_p u₁_p·∂ν_p/∂x that meet (C + diag q)⁻¹ go to
+  /// `coupled_rows` (`[ndata × nparams]`), for the likelihood's Rᵀ·(C + diag q)⁻¹·R.
+  void hessian(ConstBlockView<double> x, index_t j, BlockView<double> hess, ConstBlockView<double> coupled_y = {},
+               BlockView<double> coupled_rows = {}) {
+    const bool coupled = !coupled_y.empty();
     const ConstBlockView<double> xj = x.block_cols(j, 1);
     prepare_columns(xj, {});
     const index_t P = nprocs_, S = nsyst_, n = nparams_;
     const index_t bins_per_block = std::max<index_t>(1, hessian_block_rows_ / P);
-    const index_t max_rows = bins_per_block * (P + 1);
+    // One bin row per bin (its Jacobian), two when β couples the cells (U's two columns, bbstat.hpp).
+    const index_t nbr = bb_.enabled && bb_.multiplicative() ? 2 : 1;
+    const index_t max_rows = bins_per_block * (P + nbr);
     if (hM_.rows() < max_rows || hM_.cols() != n) {
       hM_.resize(max_rows, n);
       hDM_.resize(max_rows, n);
@@ -210,53 +228,102 @@ class Shard<Policy, storage::Dense> {
     Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> H(hess.data, n, n, Eigen::OuterStride<>(hess.ld));
     H.setZero();
     std::vector<double> diag_acc(static_cast<std::size_t>(symmetric_ ? 0 : S), 0.0);
-    std::vector<double> weight(static_cast<std::size_t>(max_rows));
-    const bool log_normal = type_ == SystematicType::log_normal;
+    std::vector<double> weight(static_cast<std::size_t>(max_rows), 0.0);  // rows of absent (sparse) cells stay 0
+    // Cell rows carry ∂²ν/∂L² (log-normal) and the full mode's diag(δ).
+    const bool cell_rows = type_ == SystematicType::log_normal || (bb_.enabled && bb_.mode == BinByBinMode::full && bb_.multiplicative());
+    std::vector<detail::BinCurvature> curv(static_cast<std::size_t>(bins_per_block));
 
     for (index_t i0 = 0; i0 < ndata_; i0 += bins_per_block) {
-      const index_t nbk = std::min(bins_per_block, ndata_ - i0), ncell = nbk * P;
-      // Bin rows first, then cell rows: additive models have no cell-row (∂²ν/∂L²) term.
-      auto M = hM_.topRows(nbk + ncell);
+      const index_t nbk = std::min(bins_per_block, ndata_ - i0), ncell = nbk * P, nrb = nbk * nbr;
+      // Bin rows first (U's columns applied to the cell Jacobians J_p = ∂ν_p/∂x), then cell rows
+      // (the effective template rows E_c, weighted by g_p·∂²ν/∂L² + δ_p·(∂ν/∂L)²).
+      auto M = hM_.topRows(nrb + ncell);
       M.setZero();
-      auto Y = hY_.topRows(nbk + ncell);
+      auto Y = hY_.topRows(nrb + ncell);
       if (npoi_ > 0) Y.setZero();
+      double* g = g_.data();
+      double *delta = delta_.data(), *u1 = u1_.data(), *u2 = u2_.data();
+      std::fill_n(weight.begin() + nrb, ncell, 0.0);
       for (index_t ib = 0; ib < nbk; ++ib) {
-        const index_t i = i0 + ib;
-        double nu_b = 0;
-        for (index_t p = 0; p < P; ++p) {
-          const double* row = logk_ + (i * P + p) * ncoef_;
-          cells_[static_cast<std::size_t>(p)] =
-              detail::cell_yield(type_, nominal_[i * P + p], detail::dot(row, coef_.data(), ncoef_), strength(p, 0), r0_[static_cast<std::size_t>(p)]);
-          nu_b += cells_[static_cast<std::size_t>(p)].nu;
-        }
-        const auto t = detail::data_term(data_term_, nu_b, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)]);
-        weight[static_cast<std::size_t>(ib)] = t.d2;
-        for (index_t p = 0; p < P; ++p) {
-          const auto& c = cells_[static_cast<std::size_t>(p)];
-          const double* row = logk_ + (i * P + p) * ncoef_;
-          const index_t r = nbk + ib * P + p;
+        const index_t i = i0 + ib, nc = tpl_.cells(i);
+        for (index_t c = 0; c < nc; ++c) cell_L_[static_cast<std::size_t>(c)] = tpl_.dot(i, c, coef_.data());
+        cell_yields(i, 0, cell_L_.data(), cells_.data());
+        curv[static_cast<std::size_t>(ib)] =
+            coupled ? detail::coupled_bin(bb_, i, m_.data(), P, coupled_y(i, j), g, delta, u1, u2, nullptr)
+                    : detail::profile_bin(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)], m_.data(),
+                                          P, g, delta, u1, u2, nullptr);
+        for (index_t cc = 0; cc < nc; ++cc) {
+          const auto& c = cells_[static_cast<std::size_t>(cc)];
+          const index_t p = tpl_.process(i, cc), r = nrb + ib * P + cc;
           double* e = M.row(r).data() + npoi_;
-          for (index_t s = 0; s < S; ++s) e[s] = symmetric_ ? row[s] : row[s] + dg_[s] * row[S + s];
-          detail::axpy(c.d_L, e, M.row(ib).data() + npoi_, S);  // J_b,θ = Σ_p ∂ν/∂L · E_c
-          weight[static_cast<std::size_t>(r)] = t.w * c.d_LL;
+          tpl_.effective_row(i, cc, symmetric_ ? nullptr : dg_.data(), e);
+          detail::axpy(u1[p] * c.d_L, e, M.row(ib * nbr).data() + npoi_, S);
+          if (nbr == 2) detail::axpy(u2[p] * c.d_L, e, M.row(ib * nbr + 1).data() + npoi_, S);
+          weight[static_cast<std::size_t>(r)] = g[p] * c.d_LL + delta[p] * c.d_L * c.d_L;
           if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0) {
-            M(ib, q) += c.d_mu;
-            Y(r, q) = t.w * c.d_muL;
-            H(q, q) += t.w * c.d_mumu;
+            M(ib * nbr, q) += u1[p] * c.d_mu;
+            if (nbr == 2) M(ib * nbr + 1, q) += u2[p] * c.d_mu;
+            Y(r, q) = g[p] * c.d_muL + delta[p] * c.d_L * c.d_mu;
+            H(q, q) += g[p] * c.d_mumu + delta[p] * c.d_mu * c.d_mu;
           }
-          if (!symmetric_) detail::axpy(t.w * c.d_L, row + S, diag_acc.data(), S);
+          if (!symmetric_) tpl_.add_half(i, cc, g[p] * c.d_L, diag_acc.data());
         }
       }
-      const index_t rows = log_normal ? nbk + ncell : nbk;
+      for (index_t ib = 0; ib < nbk && coupled; ++ib)
+        for (index_t c = 0; c < n; ++c) coupled_rows(i0 + ib, c) = M(ib * nbr, c);
+      const index_t rows = cell_rows ? nrb + ncell : nrb;
       auto Mr = M.topRows(rows);
       auto DM = hDM_.topRows(rows);
       DM.noalias() = Eigen::Map<const Eigen::VectorXd>(weight.data(), rows).asDiagonal() * Mr;
+      for (index_t ib = 0; ib < nbk; ++ib) {  // the bin rows' weight is the 2 × 2 block S (or its corner)
+        const auto& t = curv[static_cast<std::size_t>(ib)];
+        if (nbr == 1) {
+          DM.row(ib) = t.s11 * M.row(ib);
+        } else {
+          DM.row(2 * ib) = t.s11 * M.row(2 * ib) + t.s12 * M.row(2 * ib + 1);
+          DM.row(2 * ib + 1) = t.s12 * M.row(2 * ib) + t.s22 * M.row(2 * ib + 1);
+        }
+      }
       H.template triangularView<Eigen::Lower>() += Mr.transpose() * DM;
-      if (npoi_ > 0 && log_normal) H.leftCols(npoi_).noalias() += M.transpose() * Y.leftCols(npoi_);
+      if (npoi_ > 0 && cell_rows) H.leftCols(npoi_).noalias() += M.transpose() * Y.leftCols(npoi_);
     }
     for (index_t s = 0; s < S && !symmetric_; ++s) H(npoi_ + s, npoi_ + s) += d2g_[s] * diag_acc[static_cast<std::size_t>(s)];
     for (index_t c = 1; c < n; ++c)
       for (index_t r = 0; r < c; ++r) H(r, c) = H(c, r);
+  }
+
+  /// The covariance term's per-bin aggregates (bbstat.hpp, coupled_aggregates) of this shard's
+  /// data bins: ν' and q for each column of x (`nu`, `q`: `[ndata × nx]`) and their directional
+  /// derivatives for each column of v (`dnu`, `dq`: `[ndata × nv]`). A forward-only pass.
+  void coupled_aggregates(ConstBlockView<double> x, ConstBlockView<double> v, BlockView<double> nu, BlockView<double> q,
+                          BlockView<double> dnu, BlockView<double> dq) {
+    const index_t nx = x.cols, nv = v.empty() ? 0 : v.cols, P = nprocs_;
+    prepare_columns(x, v);
+    double* L = cell_L_.data();
+    for (index_t i = 0; i < ndata_; ++i) {
+      const index_t nc = tpl_.cells(i);
+      tpl_.forward(i, coef_.data(), nx + nv, L, true);
+      for (index_t j = 0; j < nx; ++j) {
+        cell_yields(i, j, L, cells_.data() + j * P);
+        const auto a = detail::coupled_aggregates(bb_, i, m_.data(), P, u1_.data() + j * P, u2_.data() + j * P);
+        nu(i, j) = a.nu;
+        q(i, j) = a.q;
+      }
+      for (index_t k = 0; k < nv; ++k) {
+        const index_t j = nx == 1 ? 0 : k;
+        const double* vk = v.col(k);
+        double s_nu = 0, s_q = 0;
+        for (index_t cc = 0; cc < nc; ++cc) {
+          const auto& c = cells_[static_cast<std::size_t>(cc + j * P)];
+          const index_t p = tpl_.process(i, cc), qi = poi_of_process_[static_cast<std::size_t>(p)];
+          const double dm = c.d_mu * (qi >= 0 ? vk[qi] : 0.0) + c.d_L * L[cc + (nx + k) * P];
+          s_nu += u1_[static_cast<std::size_t>(p + j * P)] * dm;
+          s_q += u2_[static_cast<std::size_t>(p + j * P)] * dm;
+        }
+        dnu(i, k) = s_nu;
+        dq(i, k) = s_q;
+      }
+    }
   }
 
   /// Expected yields ν[b, p] of every bin of the shard (masked included) at column `j` of `x`,
@@ -267,13 +334,97 @@ class Shard<Policy, storage::Dense> {
     if (static_cast<index_t>(nu.size()) != range_.size() * P)
       throw usage_error("yields of bins [" + std::to_string(range_.begin) + ", " + std::to_string(range_.end) +
                         ") need an output of " + std::to_string(range_.size() * P) + " entries");
-    for (index_t c = 0; c < range_.size() * P; ++c) {
-      const double L = detail::dot(logk_ + c * ncoef_, coef_.data(), ncoef_);
-      nu[static_cast<std::size_t>(c)] = detail::cell_yield(type_, nominal_[c], L, strength(c % P, 0), r0_[static_cast<std::size_t>(c % P)]).nu;
-    }
+    std::fill(nu.begin(), nu.end(), 0.0);
+    for (index_t i = 0; i < range_.size(); ++i)
+      for (index_t c = 0; c < tpl_.cells(i); ++c) {
+        const index_t p = tpl_.process(i, c);
+        nu[static_cast<std::size_t>(i * P + p)] =
+            detail::cell_yield(type_, tpl_.nominal(i, c), tpl_.dot(i, c, coef_.data()), strength(p, 0), r0_[static_cast<std::size_t>(p)]).nu;
+      }
   }
 
  private:
+  /// The gradient and HVP columns from the accumulators: θ's from the template products (with the
+  /// asymmetric interpolation's g' and, for HVPs, g''·v·(Hᵀu)), the POIs' from their own sums.
+  /// Overwrites, or adds with `add`.
+  void write_partials(ConstBlockView<double> v, index_t nx, index_t nu, BlockView<double> grad, BlockView<double> hvp, bool add) {
+    const index_t S = nsyst_, nv = v.empty() ? 0 : v.cols;
+    auto put = [add](double& out, double value) { out = add ? out + value : value; };
+    for (index_t j = 0; j < nx && !grad.empty(); ++j) {
+      double* g = grad.col(j);
+      const double* a = acc_.data() + j * ncoef_;
+      for (index_t q = 0; q < npoi_; ++q) put(g[q], poi_acc_[q + j * npoi_]);
+      for (index_t s = 0; s < S; ++s) put(g[npoi_ + s], symmetric_ ? a[s] : a[s] + dg_[s + j * S] * a[S + s]);
+    }
+    for (index_t k = 0; k < nv && !hvp.empty(); ++k) {
+      const index_t j = nx == 1 ? 0 : k;
+      double* h = hvp.col(k);
+      const double* vk = v.col(k);
+      const double* a = acc_.data() + (nu + k) * ncoef_;
+      const double* au = acc_.data() + j * ncoef_;
+      for (index_t q = 0; q < npoi_; ++q) put(h[q], poi_acc_[q + (nu + k) * npoi_]);
+      for (index_t s = 0; s < S; ++s)
+        put(h[npoi_ + s], symmetric_ ? a[s] : a[s] + dg_[s + j * S] * a[S + s] + d2g_[s + j * S] * vk[npoi_ + s] * au[S + s]);
+    }
+  }
+
+  /// The observables' forward pass (o, dobs not empty) or backward pass (y given), see above.
+  void observable_pass(ConstBlockView<double> x, ConstBlockView<double> v, BinRange r, BlockView<double> o, BlockView<double> dobs,
+                       ConstBlockView<double> y, ConstBlockView<double> z, BlockView<double> grad, BlockView<double> hvp) {
+    const index_t nx = x.cols, nv = v.empty() ? 0 : v.cols, P = nprocs_;
+    const bool backward = !y.empty(), want_u = backward && (!grad.empty() || (nv > 0 && !symmetric_));
+    const index_t nu = want_u ? nx : 0, nb = backward ? nu + nv : 0;
+    prepare_columns(x, v);
+    std::fill_n(acc_.data(), ncoef_ * nb, 0.0);
+    std::fill_n(poi_acc_.data(), npoi_ * nb, 0.0);
+    double *L = cell_L_.data(), *U = cell_U_.data();
+    detail::CellYield* cy = cells_.data();
+    for (index_t i = r.begin; i < r.end; ++i) {
+      const index_t b = i - r.begin, nc = tpl_.cells(i);
+      tpl_.forward(i, coef_.data(), nx + nv, L, !backward);
+      for (index_t j = 0; j < nx; ++j) {
+        cell_yields(i, j, L, cy + j * P);
+        double sum = 0;
+        for (index_t c = 0; c < nc; ++c) {
+          sum += cy[c + j * P].nu;
+          if (!want_u) continue;
+          U[c + j * P] = y(b, j) * cy[c + j * P].d_L;
+          if (const index_t q = poi_of_process_[static_cast<std::size_t>(tpl_.process(i, c))]; q >= 0) poi_acc_[q + j * npoi_] += y(b, j) * cy[c + j * P].d_mu;
+        }
+        if (!backward) o(b, j) = sum;
+      }
+      for (index_t k = 0; k < nv; ++k) {
+        const index_t j = nx == 1 ? 0 : k;
+        const double* vk = v.col(k);
+        double dsum = 0;
+        for (index_t c = 0; c < nc; ++c) {
+          const auto& e = cy[c + j * P];
+          const index_t q = poi_of_process_[static_cast<std::size_t>(tpl_.process(i, c))];
+          const double vq = q >= 0 ? vk[q] : 0.0, dL = L[c + (nx + k) * P];
+          dsum += e.d_mu * vq + e.d_L * dL;
+          if (!backward) continue;
+          U[c + (nu + k) * P] = z(b, k) * e.d_L + y(b, j) * (e.d_muL * vq + e.d_LL * dL);
+          if (q >= 0) poi_acc_[q + (nu + k) * npoi_] += z(b, k) * e.d_mu + y(b, j) * (e.d_mumu * vq + e.d_muL * dL);
+        }
+        if (!backward && !dobs.empty()) dobs(b, k) = dsum;
+      }
+      if (backward) tpl_.backward(i, U, nb, acc_.data());
+    }
+    if (backward) write_partials(v, nx, nu, grad, hvp, true);
+  }
+
+  /// The cells' yields of bin i at column j from their L (stride P), into `out` (per cell), and the
+  /// per-process yields m_ (zero for absent cells) that the bin's term reads.
+  void cell_yields(index_t i, index_t j, const double* L, detail::CellYield* out) {
+    const index_t P = nprocs_, nc = tpl_.cells(i);
+    if (nc < P) std::fill_n(m_.data(), P, 0.0);
+    for (index_t c = 0; c < nc; ++c) {
+      const index_t p = tpl_.process(i, c);
+      out[c] = detail::cell_yield(type_, tpl_.nominal(i, c), L[c + j * P], strength(p, j), r0_[static_cast<std::size_t>(p)]);
+      m_[static_cast<std::size_t>(p)] = out[c].nu;
+    }
+  }
+
   detail::Strength strength(index_t p, index_t j) const {
     const index_t q = poi_of_process_[static_cast<std::size_t>(p)];
     return q < 0 ? detail::Strength{} : strengths_[static_cast<std::size_t>(q + j * npoi_)];
@@ -292,8 +443,12 @@ class Shard<Policy, storage::Dense> {
     grow(poi_acc_, npoi_ * (nx + nv));
     grow(dg_, S * nx);
     grow(d2g_, S * nx);
-    grow(w_, nx);
-    grow(d2_, nx);
+    grow(curv_, nx);
+    grow(g_, nprocs_ * nx);
+    grow(delta_, nprocs_ * nx);
+    grow(u1_, nprocs_ * nx);
+    grow(u2_, nprocs_ * nx);
+    grow(m_, nprocs_);
     grow(strengths_, npoi_ * nx);
     grow(cell_L_, nprocs_ * nf);
     grow(cell_U_, nprocs_ * (nx + nv));
@@ -337,12 +492,13 @@ class Shard<Policy, storage::Dense> {
   SystematicType type_;
   bool symmetric_;
   index_t nprocs_, nsyst_, ncoef_, npoi_, nparams_, ndata_;
-  const double* nominal_;
-  const double* logk_;
+  detail::TemplateSlice<Storage> tpl_;
   std::vector<double> data_, aux_, r0_;  // aux: ln n (Poisson) or 1/σ² (χ²) per bin
   std::vector<index_t> poi_of_process_;
-  // Workspaces, sized on first use and reused.
-  std::vector<double> coef_, acc_, poi_acc_, dg_, d2g_, w_, d2_, cell_L_, cell_U_;
+  BinByBinStats bb_;
+  // Workspaces, sized on first use and reused; per column: the bin's ∂F/∂m and its curvature.
+  std::vector<double> coef_, acc_, poi_acc_, dg_, d2g_, cell_L_, cell_U_, g_, delta_, u1_, u2_, m_;
+  std::vector<detail::BinCurvature> curv_;
   std::vector<detail::Strength> strengths_;
   std::vector<detail::CellYield> cells_;
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> hM_, hDM_, hY_;

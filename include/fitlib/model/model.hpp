@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/model/sparse_templates.hpp"
 
 namespace fitlib {
 
@@ -85,12 +87,24 @@ struct Model {
   std::vector<Systematic> systematics;
   SystematicType systematic_type = SystematicType::log_normal;
   bool symmetric = true;                  ///< tensor layout: K only (true) or K and H (false)
-  std::vector<double> nominal;            ///< N[b, p], `[nbins_full × nprocs]`
-  std::vector<double> logk;               ///< K (and H), see above
+  std::vector<double> nominal;            ///< N[b, p], `[nbins_full × nprocs]` (empty when `sparse` is set)
+  std::vector<double> logk;               ///< K (and H), see above (empty when `sparse` is set)
+  /// The same tensor in rabbit's sparse form (§1.3), for models too large to store densely;
+  /// evaluated by storage::Sparse shards.
+  std::optional<SparseTemplates> sparse;
   std::vector<double> data;               ///< observed counts n[b] of the unmasked bins, `[nbins]`
   /// Variances of the observed counts (rabbit's hdata_var), `[nbins]`, or empty = the counts
   /// themselves. Used by the χ² data term only.
   std::vector<double> data_variance;
+  /// Inverse covariance C⁻¹ of the observed counts (rabbit's hdata_cov_inv), `[nbins × nbins]`,
+  /// symmetric, or empty. Used by the covariance data term only.
+  std::vector<double> data_covariance_inverse;
+  /// Variances of the templates' Monte-Carlo sums, sumw2[b, p] (rabbit's hsumw2), `[nbins_full ×
+  /// nprocs]`, or empty = exact templates. They drive the bin-by-bin statistics (§3.4).
+  std::vector<double> sumw2;
+  /// The templates' sums of weights sumw[b, p] (rabbit's hsumw), or empty = the nominal yields,
+  /// which is what rabbit writes.
+  std::vector<double> sumw;
   std::vector<double> theta0;             ///< constraint centres, `[nsyst]`
   std::vector<double> constraint_weights; ///< constraint weights (1 rabbit's default, 0 unconstrained)
   std::vector<double> poi_default;        ///< signal strength μ at the default point, `[npoi]`
@@ -110,6 +124,15 @@ struct Model {
     return n;
   }
   index_t nparams() const { return npoi() + nsyst(); }
+  /// N[b, p] densely, `[nbins_full × nprocs]`, whichever way the templates are stored.
+  std::vector<double> nominal_yields() const { return sparse ? sparse->dense_nominal() : nominal; }
+  /// Moves the dense templates into `sparse` (only non-zero cells and entries are kept).
+  void make_sparse() {
+    if (sparse) return;
+    sparse = SparseTemplates::from_dense(nbins_full(), nprocs(), ncoef(), nominal, logk);
+    nominal = {};
+    logk = {};
+  }
   /// All bins, masked channels included.
   index_t nbins_full() const {
     index_t n = 0;
@@ -196,35 +219,52 @@ inline void Model::validate() const {
 
   const index_t bf = nbins_full(), np = nprocs(), ns = nsyst(), nc = ncoef();
   std::vector<bool> varies(static_cast<std::size_t>(ns), false);  // does systematic s change any unmasked yield?
-  detail::require_size(nominal.size(), bf * np, "nominal", "nbins_full × nprocs");
-  detail::require_size(logk.size(), bf * np * nc, "logk", symmetric ? "nbins_full × nprocs × nsyst" : "nbins_full × nprocs × 2 × nsyst");
+  const auto cell = [&](index_t b, index_t p) { return "process '" + processes[static_cast<std::size_t>(p)].name + "' in " + describe_bin(b); };
+  const auto check_nominal = [&](index_t b, index_t p, double n) {
+    if (!std::isfinite(n)) throw model_error("nominal yield of " + cell(b, p) + " is not finite; fix the input histogram");
+    if (n < 0 && !allow_negative_yields)
+      throw model_error("nominal yield of " + cell(b, p) + " is negative (" + std::to_string(n) + "); clip it to zero or set allow_negative_yields");
+  };
+  if (sparse) {
+    if (!nominal.empty() || !logk.empty())
+      throw model_error("the model has both sparse and dense templates; keep one (Model::make_sparse moves dense into sparse)");
+    sparse->validate();
+    if (sparse->nbins_full != bf || sparse->nprocs != np || sparse->ncoef != nc)
+      throw model_error("sparse templates have shape [" + std::to_string(sparse->nbins_full) + " bins × " + std::to_string(sparse->nprocs) +
+                        " processes × " + std::to_string(sparse->ncoef) + " coefficients] but the model needs [" + std::to_string(bf) +
+                        " × " + std::to_string(np) + " × " + std::to_string(nc) + "]");
+    for (index_t b = 0; b < bf; ++b)
+      for (index_t i = sparse->bin_begin[static_cast<std::size_t>(b)]; i < sparse->bin_begin[static_cast<std::size_t>(b + 1)]; ++i) {
+        check_nominal(b, sparse->cell_process[static_cast<std::size_t>(i)], sparse->cell_nominal[static_cast<std::size_t>(i)]);
+        for (index_t k = sparse->row_begin[static_cast<std::size_t>(i)]; k < sparse->row_begin[static_cast<std::size_t>(i + 1)] && b < nbins(); ++k)
+          varies[static_cast<std::size_t>(sparse->col[static_cast<std::size_t>(k)] % ns)] = true;
+      }
+  } else {
+    detail::require_size(nominal.size(), bf * np, "nominal", "nbins_full × nprocs");
+    detail::require_size(logk.size(), bf * np * nc, "logk", symmetric ? "nbins_full × nprocs × nsyst" : "nbins_full × nprocs × 2 × nsyst");
+    for (index_t b = 0; b < bf; ++b) {
+      for (index_t p = 0; p < np; ++p) {
+        const double n = nominal[static_cast<std::size_t>(b * np + p)];
+        check_nominal(b, p, n);
+        const double* row = logk.data() + (b * np + p) * nc;
+        for (index_t k = 0; k < nc; ++k) {
+          const auto& syst = systematics[static_cast<std::size_t>(k % ns)].name;
+          const char* part = k < ns ? "" : " (asymmetric half-difference)";
+          if (!std::isfinite(row[k]))
+            throw model_error("variation of systematic '" + syst + "'" + part + " for " + cell(b, p) +
+                              " is not finite; check the up/down histograms");
+          if (n == 0 && row[k] != 0)
+            throw model_error("systematic '" + syst + "' varies " + cell(b, p) +
+                              " whose nominal yield is zero; a variation needs a non-zero nominal yield");
+          if (row[k] != 0 && b < nbins()) varies[static_cast<std::size_t>(k % ns)] = true;
+        }
+      }
+    }
+  }
   detail::require_size(data.size(), nbins(), "data", "one entry per unmasked bin");
   detail::require_size(theta0.size(), ns, "theta0", "one entry per systematic");
   detail::require_size(constraint_weights.size(), ns, "constraint_weights", "one entry per systematic");
   detail::require_size(poi_default.size(), npoi(), "poi_default", "one entry per signal process");
-
-  for (index_t b = 0; b < bf; ++b) {
-    for (index_t p = 0; p < np; ++p) {
-      const double n = nominal[static_cast<std::size_t>(b * np + p)];
-      const auto cell = [&] { return "process '" + processes[static_cast<std::size_t>(p)].name + "' in " + describe_bin(b); };
-      if (!std::isfinite(n)) throw model_error("nominal yield of " + cell() + " is not finite; fix the input histogram");
-      if (n < 0 && !allow_negative_yields)
-        throw model_error("nominal yield of " + cell() + " is negative (" + std::to_string(n) +
-                          "); clip it to zero or set allow_negative_yields");
-      const double* row = logk.data() + (b * np + p) * nc;
-      for (index_t k = 0; k < nc; ++k) {
-        const auto& syst = systematics[static_cast<std::size_t>(k % ns)].name;
-        const char* part = k < ns ? "" : " (asymmetric half-difference)";
-        if (!std::isfinite(row[k]))
-          throw model_error("variation of systematic '" + syst + "'" + part + " for " + cell() +
-                            " is not finite; check the up/down histograms");
-        if (n == 0 && row[k] != 0)
-          throw model_error("systematic '" + syst + "' varies " + cell() +
-                            " whose nominal yield is zero; a variation needs a non-zero nominal yield");
-        if (row[k] != 0 && b < nbins()) varies[static_cast<std::size_t>(k % ns)] = true;
-      }
-    }
-  }
   for (index_t b = 0; b < nbins(); ++b) {
     const double n = data[static_cast<std::size_t>(b)];
     if (!std::isfinite(n) || n < 0)
@@ -236,6 +276,30 @@ inline void Model::validate() const {
     for (index_t b = 0; b < nbins(); ++b)
       if (const double v = data_variance[static_cast<std::size_t>(b)]; !std::isfinite(v) || v < 0)
         throw model_error("data variance in " + describe_bin(b) + " is " + std::to_string(v) + "; variances must be finite and ≥ 0");
+  }
+  if (!data_covariance_inverse.empty()) {
+    const index_t nb = nbins();
+    detail::require_size(data_covariance_inverse.size(), nb * nb, "data_covariance_inverse", "empty, or nbins × nbins");
+    for (index_t a = 0; a < nb; ++a)
+      for (index_t b = 0; b <= a; ++b) {
+        const double v = data_covariance_inverse[static_cast<std::size_t>(a * nb + b)];
+        if (!std::isfinite(v))
+          throw model_error("inverse data covariance entry (" + std::to_string(a) + ", " + std::to_string(b) + ") is not finite");
+        if (v != data_covariance_inverse[static_cast<std::size_t>(b * nb + a)])
+          throw model_error("inverse data covariance is not symmetric at (" + std::to_string(a) + ", " + std::to_string(b) +
+                            "); supply a symmetric matrix");
+      }
+  }
+  for (const auto* field : {&sumw2, &sumw}) {
+    if (field->empty()) continue;
+    const char* what = field == &sumw2 ? "sumw2" : "sumw";
+    detail::require_size(field->size(), bf * np, what, "empty, or nbins_full × nprocs");
+    for (index_t c = 0; c < bf * np; ++c) {
+      const double v = (*field)[static_cast<std::size_t>(c)];
+      if (!std::isfinite(v) || (field == &sumw2 && v < 0))
+        throw model_error(std::string("template ") + what + " of process '" + processes[static_cast<std::size_t>(c % np)].name + "' in " +
+                          describe_bin(c / np) + " is " + std::to_string(v) + (field == &sumw2 ? "; variances must be finite and ≥ 0" : "; it must be finite"));
+    }
   }
   for (index_t s = 0; s < ns; ++s) {
     const auto& name = systematics[static_cast<std::size_t>(s)].name;

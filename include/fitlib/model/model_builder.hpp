@@ -67,6 +67,17 @@ class ModelBuilder {
     return *this;
   }
 
+  /// The variances of a template's Monte-Carlo sums (sumw2, rabbit's hsumw2), which drive the
+  /// bin-by-bin statistics; templates without them are exact.
+  ModelBuilder& set_variances(const std::string& channel, const std::string& process, std::span<const double> sumw2) {
+    auto& ch = channel_ref(channel);
+    process_ref(process);
+    require_length(sumw2, ch, "template variances of process '" + process + "'");
+    if (!variances_.emplace(std::pair(channel, process), std::vector<double>(sumw2.begin(), sumw2.end())).second)
+      throw model_error("template variances of process '" + process + "' in channel '" + channel + "' are set twice");
+    return *this;
+  }
+
   ModelBuilder& set_data(const std::string& channel, std::span<const double> counts) {
     auto& ch = channel_ref(channel);
     if (ch.masked) throw model_error("channel '" + channel + "' is masked and has no data; drop the set_data call");
@@ -179,7 +190,7 @@ class ModelBuilder {
   std::vector<Channel> channels_;
   std::vector<ProcessEntry> processes_;
   std::vector<SystEntry> systematics_;
-  std::map<Key, std::vector<double>> nominal_;
+  std::map<Key, std::vector<double>> nominal_, variances_;
   std::map<std::string, std::vector<double>> data_;
   std::map<std::tuple<std::string, std::string, std::string>, Variation> variations_;
   bool allow_negative_ = false;
@@ -239,6 +250,16 @@ inline Model ModelBuilder::build() const {
     const index_t p = proc_index(key.second);
     for (index_t i = 0; i < m.channels[c].nbins; ++i)
       m.nominal[static_cast<std::size_t>((chan_start[c] + i) * np + p)] = h[static_cast<std::size_t>(i)];
+  }
+
+  if (!variances_.empty()) {
+    m.sumw2.assign(static_cast<std::size_t>(bf * np), 0.0);
+    for (const auto& [key, h] : variances_) {
+      const auto c = chan_index(key.first);
+      const index_t p = proc_index(key.second);
+      for (index_t i = 0; i < m.channels[c].nbins; ++i)
+        m.sumw2[static_cast<std::size_t>((chan_start[c] + i) * np + p)] = h[static_cast<std::size_t>(i)];
+    }
   }
 
   // ℓ = ln(V/N) (log-normal) or V − N (normal); rabbit maps a log-normal variation that

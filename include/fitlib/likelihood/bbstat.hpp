@@ -1,0 +1,393 @@
+// SPDX-License-Identifier: MIT
+// Bin-by-bin template statistics: the constants of β and its per-bin profile with exact curvature.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fitlib/core/error.hpp"
+#include "fitlib/core/types.hpp"
+#include "fitlib/device/partition.hpp"
+#include "fitlib/likelihood/cell.hpp"
+#include "fitlib/likelihood/options.hpp"
+#include "fitlib/model/model.hpp"
+
+namespace fitlib {
+
+/// The fixed constants of the bin-by-bin parameters β of a range of data bins
+/// (rabbit-likelihood-and-format.md §3.4): the effective MC statistics k = sumw²/sumw2, the widths
+/// √sumw2 (additive type), the centres β₀ and which β stay fixed at β₀ (rabbit's betamask). Per bin
+/// in lite mode, per (bin, process) cell in full mode; `active` marks the cells a lite β scales
+/// (sumw2 > 0, rabbit's zero-variance-aware branch).
+struct BinByBinStats {
+  bool enabled = false;  ///< false: off, or a model without template variances
+  BinByBinMode mode = BinByBinMode::lite;
+  BinByBinType type = BinByBinType::gamma;  ///< resolved, never `automatic`
+  index_t nbins = 0, nprocs = 0;
+  std::vector<double> kstat, sigma, beta0;  ///< `[nbins]` (lite) or `[nbins × nprocs]` (full)
+  std::vector<unsigned char> fixed;         ///< β = β₀ here
+  std::vector<unsigned char> active;        ///< `[nbins × nprocs]`, lite only
+
+  /// β entries per bin.
+  index_t per_bin() const { return mode == BinByBinMode::lite ? 1 : nprocs; }
+  index_t nbeta() const { return enabled ? nbins * per_bin() : 0; }
+  bool multiplicative() const { return type != BinByBinType::normal_additive; }
+
+  /// The constants of the global data bins `bins` of `model`.
+  static BinByBinStats build(const Model& model, BinRange bins, const BinByBinOptions& opts, DataTerm data_term) {
+    BinByBinStats st;
+    st.mode = opts.mode;
+    st.type = opts.resolved(data_term);
+    st.nbins = bins.size();
+    st.nprocs = model.nprocs();
+    st.enabled = opts.enabled && !model.sumw2.empty();
+    if (!st.enabled) return st;
+    const index_t P = st.nprocs, per = st.per_bin(), n = st.nbins * per;
+    const double centre = st.multiplicative() ? 1.0 : 0.0;
+    st.kstat.assign(static_cast<std::size_t>(n), 1.0);
+    st.sigma.assign(static_cast<std::size_t>(n), 0.0);
+    st.beta0.assign(static_cast<std::size_t>(n), centre);
+    st.fixed.assign(static_cast<std::size_t>(n), 1);
+    if (st.mode == BinByBinMode::lite) st.active.assign(static_cast<std::size_t>(st.nbins * P), 0);
+    const std::vector<double> sumw = model.sumw.empty() ? model.nominal_yields() : model.sumw;
+    for (index_t i = 0; i < st.nbins; ++i) {
+      for (index_t e = 0; e < per; ++e) {
+        double sw = 0, v = 0;
+        for (index_t p = (per == 1 ? 0 : e); p < (per == 1 ? P : e + 1); ++p) {
+          const auto c = static_cast<std::size_t>((bins.begin + i) * P + p);
+          v += model.sumw2[c];
+          if (model.sumw2[c] > 0) {
+            sw += sumw[c];
+            if (per == 1) st.active[static_cast<std::size_t>(i * P + p)] = 1;
+          }
+        }
+        const auto at = static_cast<std::size_t>(i * per + e);
+        const double k = v > 0 ? sw * sw / v : 0;
+        st.fixed[at] = v == 0 || sw == 0 || k < opts.min_kstat;
+        if (st.fixed[at]) continue;
+        st.kstat[at] = k;
+        st.sigma[at] = std::sqrt(v);
+      }
+    }
+    return st;
+  }
+};
+
+namespace detail {
+
+/// The profiled bin term F(m) = min_β [D(ν̃(m, β)) + L_β(β)] as a function of the bin's cell yields
+/// m_p before β (§2.5, §3.4), with the exact derivatives the passes need. By the envelope theorem
+/// ∇F = ∂G/∂m at β̂; its Hessian is the Schur complement G_mm − G_mβ·G_ββ⁻¹·G_βm (§3.7), which in
+/// every mode has the form diag(δ) + U·S·Uᵀ with U = [u₁ u₂] (P × 2) and S symmetric 2 × 2. The
+/// arrays `g`, `delta`, `u1`, `u2` (P each) are written by `profile_bin`.
+struct BinCurvature {
+  double nll;              ///< D(ν̃) + L_β(β̂)
+  double s11, s12, s22;    ///< S
+};
+
+/// The root of a·x² + b·x + c with the larger value, without cancellation.
+inline double larger_root(double a, double b, double c) {
+  if (a == 0) return -c / b;
+  const double d = std::sqrt(std::max(0.0, b * b - 4 * a * c));
+  if (b >= 0) return b == 0 && d == 0 ? 0.0 : 2 * c / (-b - d);
+  return (-b + d) / (2 * a);
+}
+
+/// The constraint −ln p(β) of one β entry in its reduced form (§3.4) and its second derivative.
+struct BetaTerm {
+  double value, d2;
+};
+inline BetaTerm beta_term(BinByBinType type, double beta, double k, double beta0) {
+  const double d = beta - beta0;
+  switch (type) {
+    case BinByBinType::gamma:
+      return {k * d - (beta0 > 0 ? k * beta0 * std::log(beta / beta0) : 0.0), k * beta0 / (beta * beta)};
+    case BinByBinType::normal_multiplicative: return {0.5 * k * d * d, k};
+    default: return {0.5 * d * d, 1.0};
+  }
+}
+
+/// ∂D/∂ν at ν for the separable data terms (Poisson's 1 − n/ν, χ²'s (ν − n)/σ²).
+inline double data_slope(DataTerm term, double nu, double n, double aux) {
+  return term == DataTerm::poisson ? (n == 0 ? 1.0 : 1.0 - n / nu) : (nu - n) * aux;
+}
+
+/// Gamma constraints in full mode have no closed-form profile (§3.4): the total profiled yield x
+/// solves ψ(x) = x − Σ_p β_p(x)·m_p = 0 with β_p(x) = k_p·β₀_p / (k_p + D'(x)·m_p) on the fixed cells'
+/// complement. ψ is increasing and concave on the domain where every denominator is positive, so a
+/// Newton iteration safeguarded by a bracket converges to the unique root; it runs to machine
+/// precision (not rabbit's 50 iterations / 1e-10) so that the envelope-theorem gradient is exact.
+inline double gamma_full_yield(const BinByBinStats& st, index_t i, DataTerm term, double n, double aux, const double* m) {
+  const index_t P = st.nprocs;
+  const double* k = st.kstat.data() + i * P;
+  const double* b0 = st.beta0.data() + i * P;
+  const unsigned char* fx = st.fixed.data() + i * P;
+  double base = 0, nu0 = 0, slope_lo = -std::numeric_limits<double>::infinity();
+  for (index_t p = 0; p < P; ++p) {
+    nu0 += b0[p] * m[p];
+    if (fx[p]) base += b0[p] * m[p];
+    else if (m[p] < 0) return std::numeric_limits<double>::quiet_NaN();  // no gamma profile for a negative yield
+    else if (m[p] > 0) slope_lo = std::max(slope_lo, -k[p] / m[p]);
+  }
+  const auto psi = [&](double x, double* dpsi) {
+    const double d1 = data_slope(term, x, n, aux), dd1 = term == DataTerm::poisson ? n / (x * x) : aux;
+    double s = 0, ds = 0;
+    for (index_t p = 0; p < P; ++p) {
+      if (fx[p] || m[p] == 0) continue;
+      const double den = k[p] + d1 * m[p];
+      s += k[p] * b0[p] * m[p] / den;
+      ds += k[p] * b0[p] * m[p] * m[p] / (den * den);
+    }
+    *dpsi = 1 + dd1 * ds;
+    return x - base - s;
+  };
+  // The domain's lower end: D'(x) > slope_lo; the upper bracket: D' ≥ 0 there, so ψ ≥ x − ν₀ ≥ 0.
+  double lo = term == DataTerm::poisson ? n / (1 - slope_lo) : n + slope_lo / aux;
+  double hi = std::max(n, nu0);
+  if (!(lo < hi)) return hi;
+  double x = hi;
+  for (int it = 0; it < 200; ++it) {
+    double dpsi;
+    const double f = psi(x, &dpsi);
+    if (f == 0) break;
+    (f > 0 ? hi : lo) = x;
+    double next = x - f / dpsi;
+    if (!(next > lo && next < hi)) next = lo + 0.5 * (hi - lo);
+    if (std::abs(next - x) <= 4 * std::numeric_limits<double>::epsilon() * std::abs(x) || next == lo || next == hi) {
+      x = next;
+      break;
+    }
+    x = next;
+  }
+  return x;
+}
+
+/// Profiles β in data bin `i` (local index in `st`) given its cell yields `m` before β, its count
+/// n and `aux` (ln n for Poisson, 1/σ² for χ²). Writes ∂F/∂m (`g`), the curvature's diag(δ) and
+/// U (`delta`, `u1`, `u2`, P each) and β̂ (`beta`, st.per_bin() entries, or null). Without bin-by-bin
+/// statistics F = D(Σ_p m_p): g = D', U = [1 0], S = diag(D'', 0).
+inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm term, double n, double aux, const double* m, index_t P,
+                                double* g, double* delta, double* u1, double* u2, double* beta) {
+  // β fixed: F = D(Σ c_p m_p) with the cells' factors c already in u1.
+  const auto plain = [&](double nu_tilde) {
+    const BinTerm t = data_term(term, nu_tilde, n, aux);
+    for (index_t p = 0; p < P; ++p) {
+      g[p] = t.w * u1[p];
+      delta[p] = 0;
+      u2[p] = 0;
+    }
+    return BinCurvature{t.nll, t.d2, 0, 0};
+  };
+  double nu = 0;
+  for (index_t p = 0; p < P; ++p) nu += m[p];
+  const bool poisson_empty = term == DataTerm::poisson && n == 0;  // D = ν: no barrier, D' = 1
+  const double var = term == DataTerm::chisq ? 1 / aux : 0;
+  if (!st.enabled) {
+    std::fill_n(u1, P, 1.0);
+    return plain(nu);
+  }
+
+  if (st.mode == BinByBinMode::lite) {
+    const double k = st.kstat[static_cast<std::size_t>(i)], b0 = st.beta0[static_cast<std::size_t>(i)];
+    const unsigned char* act = st.active.data() + i * P;
+    if (!st.multiplicative()) {  // ν̃ = ν + s·β, unit Gaussian constraint
+      const double s = st.sigma[static_cast<std::size_t>(i)];
+      double b = b0;
+      if (!st.fixed[static_cast<std::size_t>(i)]) {
+        if (poisson_empty) b = b0 - s;
+        else if (term == DataTerm::poisson) b = larger_root(s, s * s + nu - s * b0, s * (nu - n) - nu * b0);
+        else b = (s * (n - nu) + var * b0) / (var + s * s);
+      }
+      if (beta) beta[0] = b;
+      const BinTerm t = data_term(term, nu + s * b, n, aux);
+      for (index_t p = 0; p < P; ++p) {
+        g[p] = t.w;
+        delta[p] = 0;
+        u1[p] = 1;
+        u2[p] = 0;
+      }
+      return {t.nll + 0.5 * (b - b0) * (b - b0), t.d2 / (1 + t.d2 * s * s), 0, 0};
+    }
+    double A = 0, Z = 0;
+    for (index_t p = 0; p < P; ++p) (act[p] ? A : Z) += m[p];
+    double b = b0;
+    if (!st.fixed[static_cast<std::size_t>(i)]) {
+      const bool gamma = st.type == BinByBinType::gamma;
+      if (poisson_empty) b = gamma ? k * b0 / (A + k) : b0 - A / k;
+      else if (term == DataTerm::poisson)
+        b = gamma ? larger_root(A * (A + k), A * (Z - n - k * b0) + k * Z, -k * b0 * Z)
+                  : larger_root(k * A, A * A - k * b0 * A + k * Z, A * (Z - n) - k * b0 * Z);
+      else if (gamma) b = larger_root(A * A, k * var + (Z - n) * A, -k * var * b0);
+      else b = ((n - Z) * A / var + k * b0) / (k + A * A / var);
+    }
+    if (beta) beta[0] = b;
+    for (index_t p = 0; p < P; ++p) u1[p] = act[p] ? b : 1.0;
+    if (st.fixed[static_cast<std::size_t>(i)]) return plain(b * A + Z);
+    const BinTerm t = data_term(term, b * A + Z, n, aux);
+    const BetaTerm l = beta_term(st.type, b, k, b0);
+    const double gbb = t.d2 * A * A + l.d2;
+    for (index_t p = 0; p < P; ++p) {
+      g[p] = t.w * u1[p];
+      delta[p] = 0;
+      u2[p] = act[p];
+    }
+    return {t.nll + l.value, t.d2 - (t.d2 * A) * (t.d2 * A) / gbb, -t.d2 * A * t.w / gbb, -t.w * t.w / gbb};
+  }
+
+  // Full mode: one β per cell.
+  const double* k = st.kstat.data() + i * P;
+  const double* s = st.sigma.data() + i * P;
+  const double* b0 = st.beta0.data() + i * P;
+  const unsigned char* fx = st.fixed.data() + i * P;
+  if (!st.multiplicative()) {  // ν̃ = ν + Σ s_p β_p: F depends on ν alone
+    double V = 0, sb0 = 0;
+    for (index_t p = 0; p < P; ++p)
+      if (!fx[p]) {
+        V += s[p] * s[p];
+        sb0 += s[p] * b0[p];
+      }
+    double x;  // the profiled ν̃
+    if (poisson_empty) x = nu + sb0 - V;
+    else if (term == DataTerm::poisson) x = larger_root(1, V - nu - sb0, -n * V);
+    else x = (nu + sb0 + n * V / var) / (1 + V / var);
+    const double d1 = data_slope(term, x, n, aux);
+    double nt = nu, lb = 0;
+    for (index_t p = 0; p < P; ++p) {
+      const double bp = fx[p] ? b0[p] : b0[p] - d1 * s[p];
+      if (beta) beta[p] = bp;
+      nt += fx[p] ? 0.0 : s[p] * bp;
+      lb += 0.5 * (bp - b0[p]) * (bp - b0[p]);
+    }
+    const BinTerm t = data_term(term, nt, n, aux);
+    for (index_t p = 0; p < P; ++p) {
+      g[p] = t.w;
+      delta[p] = 0;
+      u1[p] = 1;
+      u2[p] = 0;
+    }
+    return {t.nll + lb, t.d2 / (1 + t.d2 * V), 0, 0};
+  }
+
+  // Multiplicative full: β_p = argmin given the profiled total (into u1), then the Schur complement.
+  double* b = u1;
+  if (st.type == BinByBinType::gamma) {
+    const double x = gamma_full_yield(st, i, term, n, aux, m);
+    const double d1 = poisson_empty ? 1.0 : data_slope(term, x, n, aux);
+    for (index_t p = 0; p < P; ++p) b[p] = fx[p] ? b0[p] : k[p] * b0[p] / (k[p] + d1 * m[p]);
+  } else {
+    double Sk = 0, Bk = 0;
+    for (index_t p = 0; p < P; ++p) {
+      Bk += b0[p] * m[p];
+      if (!fx[p]) Sk += m[p] * m[p] / k[p];
+    }
+    double x;
+    if (poisson_empty) x = Bk - Sk;
+    else if (term == DataTerm::poisson) x = larger_root(1, Sk - Bk, -n * Sk);
+    else x = (Bk + n * Sk / var) / (1 + Sk / var);
+    const double d1 = data_slope(term, x, n, aux);
+    for (index_t p = 0; p < P; ++p) b[p] = fx[p] ? b0[p] : b0[p] - d1 * m[p] / k[p];
+  }
+  if (beta) std::copy_n(b, P, beta);
+  double nt = 0, lb = 0, gam = 0;
+  for (index_t p = 0; p < P; ++p) nt += b[p] * m[p];
+  const BinTerm t = data_term(term, nt, n, aux);
+  for (index_t p = 0; p < P; ++p) {
+    g[p] = t.w * b[p];
+    delta[p] = u2[p] = 0;
+    if (fx[p]) continue;
+    const BetaTerm l = beta_term(st.type, b[p], k[p], b0[p]);
+    lb += l.value;
+    u2[p] = m[p] / l.d2;
+    delta[p] = -t.w * t.w / l.d2;
+    gam += m[p] * u2[p];
+  }
+  const double q = 1 + t.d2 * gam;
+  return {t.nll + lb, t.d2 / q, -t.w * t.d2 / q, t.d2 * t.w * t.w / q};
+}
+
+/// The covariance data term couples the bins (§3.1, §3.4). Profiling Gaussian β there is a
+/// Gaussian marginalisation: F(m) = ½·rᵀ·(C + diag q)⁻¹·r with r_b = ν'_b − n_b, where per bin
+/// ν' = Σ_p c_p·m_p + Σ s·β₀ (c_p = β₀ for the cells β scales, else 1) and q = A²/k (lite, A the
+/// scaled cells' yield) or Σ_p m_p²/k_p (full) for the multiplicative type; the additive type
+/// adds the constant diag(sumw2) to C instead. Writes c and ∂q/∂m (`c`, `dq`, P each) and
+/// returns {ν', q}.
+struct CoupledAggregates {
+  double nu, q;
+};
+inline CoupledAggregates coupled_aggregates(const BinByBinStats& st, index_t i, const double* m, index_t P, double* c, double* dq) {
+  std::fill_n(c, P, 1.0);
+  std::fill_n(dq, P, 0.0);
+  double nu = 0, q = 0;
+  if (st.enabled && st.mode == BinByBinMode::lite) {
+    const auto e = static_cast<std::size_t>(i);
+    const unsigned char* act = st.active.data() + i * P;
+    if (st.multiplicative()) {
+      double A = 0;
+      for (index_t p = 0; p < P; ++p)
+        if (act[p]) {
+          c[p] = st.beta0[e];
+          A += m[p];
+        }
+      if (!st.fixed[e]) {
+        q = A * A / st.kstat[e];
+        for (index_t p = 0; p < P; ++p) dq[p] = act[p] ? 2 * A / st.kstat[e] : 0.0;
+      }
+    } else if (!st.fixed[e]) {
+      nu += st.sigma[e] * st.beta0[e];
+    }
+  } else if (st.enabled) {
+    for (index_t p = 0; p < P; ++p) {
+      const auto e = static_cast<std::size_t>(i * P + p);
+      if (st.multiplicative()) c[p] = st.beta0[e];
+      if (st.fixed[e]) continue;
+      if (!st.multiplicative()) nu += st.sigma[e] * st.beta0[e];
+      else {
+        q += m[p] * m[p] / st.kstat[e];
+        dq[p] = 2 * m[p] / st.kstat[e];
+      }
+    }
+  }
+  for (index_t p = 0; p < P; ++p) nu += c[p] * m[p];
+  return {nu, q};
+}
+
+/// Bin i's local part of the coupled term given y_b = [(C + diag q)⁻¹·r]_b: ∂F/∂m = y·c − ½y²·∂q/∂m
+/// (`g`), u₁ = c − y·∂q/∂m, the row that meets (C + diag q)⁻¹ in the non-local curvature, and the
+/// local curvature −½y²·∇²q as diag(δ) (full) or u₂·S₂₂·u₂ᵀ (lite); S₁₁ = S₁₂ = 0. Writes β̂ when
+/// `beta` is not null.
+inline BinCurvature coupled_bin(const BinByBinStats& st, index_t i, const double* m, index_t P, double y, double* g, double* delta,
+                                double* u1, double* u2, double* beta) {
+  coupled_aggregates(st, i, m, P, u1, g);  // c into u1, ∂q/∂m into g
+  double s22 = 0;
+  for (index_t p = 0; p < P; ++p) {
+    const double c = u1[p], dq = g[p];
+    g[p] = y * c - 0.5 * y * y * dq;
+    u1[p] = c - y * dq;
+    delta[p] = u2[p] = 0;
+  }
+  if (!st.enabled) return {0, 0, 0, 0};
+  const bool lite = st.mode == BinByBinMode::lite;
+  for (index_t e = 0; e < st.per_bin(); ++e) {
+    const auto at = static_cast<std::size_t>(i * st.per_bin() + e);
+    const double k = st.kstat[at], b0 = st.beta0[at];
+    const double scale = !st.multiplicative() ? st.sigma[at] : lite ? [&] {
+      double A = 0;
+      for (index_t p = 0; p < P; ++p) A += st.active[static_cast<std::size_t>(i * P + p)] ? m[p] : 0.0;
+      return A / k;
+    }() : m[e] / k;
+    if (beta) beta[e] = st.fixed[at] ? b0 : b0 - scale * y;
+    if (st.fixed[at] || !st.multiplicative()) continue;
+    if (!lite) delta[e] = -y * y / k;
+    else {
+      for (index_t p = 0; p < P; ++p) u2[p] = st.active[static_cast<std::size_t>(i * P + p)];
+      s22 = -y * y / k;
+    }
+  }
+  return {0, 0, 0, s22};
+}
+
+}  // namespace detail
+}  // namespace fitlib

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: MIT
+// The covariance χ² data term ½·rᵀ·C⁻¹·r, which couples the bins, with Gaussian bin-by-bin β profiled.
+#pragma once
+
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fitlib/core/error.hpp"
+#include "fitlib/core/types.hpp"
+#include "fitlib/likelihood/bbstat.hpp"
+#include "fitlib/model/model.hpp"
+
+namespace fitlib {
+
+/// ½·rᵀ·(C + diag q)⁻¹·r over the data bins, r = ν' − n (rabbit-likelihood-and-format.md §3.1
+/// --covarianceFit; the β profile of §3.4 as a Gaussian marginalisation, see bbstat.hpp,
+/// coupled_aggregates). C⁻¹ is the model's inverse data covariance; a model without one gets
+/// diag(1/σ²) from its data variances (or counts), which is what rabbit's fallback meant to do
+/// (§8 item 5). The additive type adds diag(sumw2) to C once; the multiplicative type adds the
+/// parameter-dependent diag(q) and so factorizes C + diag q per evaluated column.
+class CovarianceTerm {
+ public:
+  CovarianceTerm() = default;
+  CovarianceTerm(const Model& model, const BinByBinStats& bb) : nbins_(model.nbins()), varying_(bb.enabled && bb.multiplicative()) {
+    const index_t B = nbins_;
+    Eigen::MatrixXd cinv(B, B);
+    if (!model.data_covariance_inverse.empty()) {
+      cinv = Eigen::Map<const Eigen::MatrixXd>(model.data_covariance_inverse.data(), B, B);
+    } else {
+      const auto& var = model.data_variance.empty() ? model.data : model.data_variance;
+      cinv.setZero();
+      for (index_t b = 0; b < B; ++b) {
+        if (!(var[static_cast<std::size_t>(b)] > 0))
+          throw model_error("the covariance data term needs an inverse data covariance or a positive variance in every bin, but " +
+                            model.describe_bin(b) + " has variance " + std::to_string(var[static_cast<std::size_t>(b)]) +
+                            "; supply Model::data_covariance_inverse");
+        cinv(b, b) = 1 / var[static_cast<std::size_t>(b)];
+      }
+    }
+    // Additive β widens C by sumw2 per bin; without β, C⁻¹ is used as given.
+    Eigen::VectorXd widen = Eigen::VectorXd::Zero(B);
+    if (bb.enabled && !bb.multiplicative())
+      for (index_t b = 0; b < B; ++b)
+        for (index_t e = 0; e < bb.per_bin(); ++e) {
+          const auto at = static_cast<std::size_t>(b * bb.per_bin() + e);
+          if (!bb.fixed[at]) widen(b) += bb.sigma[at] * bb.sigma[at];
+        }
+    if (!varying_ && widen.isZero(0)) {
+      inverse_ = std::move(cinv);
+      return;
+    }
+    Eigen::LLT<Eigen::MatrixXd> llt(cinv);
+    if (llt.info() != Eigen::Success)
+      throw model_error("the inverse data covariance is not positive definite; supply a valid Model::data_covariance_inverse");
+    covariance_ = llt.solve(Eigen::MatrixXd::Identity(B, B));
+    covariance_.diagonal() += widen;
+    if (varying_) return;
+    Eigen::LLT<Eigen::MatrixXd> widened(covariance_);
+    inverse_ = widened.solve(Eigen::MatrixXd::Identity(B, B));
+  }
+
+  index_t nbins() const { return nbins_; }
+  /// Whether C + diag q depends on the parameters (multiplicative β).
+  bool varying() const { return varying_; }
+
+  /// Column j's value ½·rᵀ·y with y = (C + diag q)⁻¹·r, r = ν' − n; keeps the factorization for
+  /// `apply` and `add_curvature` at the same column. Returns +∞ when C + diag q is not positive
+  /// definite (the step is then rejected like any non-finite trial).
+  double solve(index_t j, std::span<const double> nu, std::span<const double> q, std::span<const double> counts, double* y) {
+    const index_t B = nbins_;
+    if (static_cast<index_t>(llt_.size()) <= j) llt_.resize(static_cast<std::size_t>(j + 1));
+    Eigen::VectorXd r(B);
+    for (index_t b = 0; b < B; ++b) r(b) = nu[static_cast<std::size_t>(b)] - counts[static_cast<std::size_t>(b)];
+    Eigen::Map<Eigen::VectorXd> yv(y, B);
+    if (varying_) {
+      Eigen::MatrixXd c = covariance_;
+      c.diagonal() += Eigen::Map<const Eigen::VectorXd>(q.data(), B);
+      auto& llt = llt_[static_cast<std::size_t>(j)];
+      llt.compute(c);
+      if (llt.info() != Eigen::Success) {
+        yv.setZero();
+        return std::numeric_limits<double>::infinity();
+      }
+      yv = llt.solve(r);
+    } else {
+      yv.noalias() = inverse_ * r;
+    }
+    return 0.5 * r.dot(yv);
+  }
+
+  /// z = (C + diag q)⁻¹·t at column j (after `solve` there).
+  void apply(index_t j, const double* t, double* z) const {
+    const Eigen::Map<const Eigen::VectorXd> tv(t, nbins_);
+    Eigen::Map<Eigen::VectorXd> zv(z, nbins_);
+    if (varying_) zv = llt_[static_cast<std::size_t>(j)].solve(tv);
+    else zv.noalias() = inverse_ * tv;
+  }
+
+  /// Adds Rᵀ·(C + diag q)⁻¹·R at column j into H (`[n × n]`), R the shards' coupled rows `[nbins × n]`.
+  void add_curvature(index_t j, const Eigen::MatrixXd& R, BlockView<double> H) const {
+    Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> h(H.data, H.rows, H.cols, Eigen::OuterStride<>(H.ld));
+    const Eigen::MatrixXd G = varying_ ? Eigen::MatrixXd(R.transpose() * llt_[static_cast<std::size_t>(j)].solve(R))
+                                       : Eigen::MatrixXd(R.transpose() * (inverse_ * R));
+    // Added from one triangle, so the Hessian stays exactly symmetric.
+    for (index_t c = 0; c < G.cols(); ++c)
+      for (index_t r = c; r < G.rows(); ++r) {
+        h(r, c) += G(r, c);
+        if (r != c) h(c, r) += G(r, c);
+      }
+  }
+
+ private:
+  index_t nbins_ = 0;
+  bool varying_ = false;
+  Eigen::MatrixXd inverse_;     ///< (C + widening)⁻¹ when constant
+  Eigen::MatrixXd covariance_;  ///< C (+ the additive widening), when q varies
+  std::vector<Eigen::LLT<Eigen::MatrixXd>> llt_;
+};
+
+}  // namespace fitlib

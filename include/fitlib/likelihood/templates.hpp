@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: MIT
+// A shard's view of the template tensor, dense or sparse: the cells of each bin and their logk rows.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "fitlib/core/error.hpp"
+#include "fitlib/core/types.hpp"
+#include "fitlib/detail/lanes.hpp"
+#include "fitlib/device/partition.hpp"
+#include "fitlib/model/model.hpp"
+#include "fitlib/model/sparse_templates.hpp"
+
+namespace fitlib {
+
+namespace storage {
+/// Templates stored as the dense matrix `[(bins·procs) × ncoef]`, one row per cell.
+struct Dense {};
+/// Templates stored as rabbit's sparse tensors (§1.3): only the non-zero cells, their logk rows in CSR.
+struct Sparse {};
+}  // namespace storage
+
+namespace detail {
+
+/// What a shard's passes need from the templates of its bins, for local bin i and its cell c
+/// (c < cells(i) ≤ nprocs): the cell's process and nominal yield, the forward products
+/// L[c + j·P] = row_c · C[:, j] for nf columns, the backward products acc[:, j] += Σ_c U[c + j·P]·row_c,
+/// and single rows for the dense Hessian and the yields.
+template <class Storage>
+class TemplateSlice;
+
+/// Dense rows read in place from the model; every process is a cell.
+template <>
+class TemplateSlice<storage::Dense> {
+ public:
+  TemplateSlice(const Model& m, BinRange bins)
+      : P_(m.nprocs()), ncoef_(m.ncoef()), S_(m.nsyst()), nominal_(m.nominal.data() + bins.begin * P_),
+        logk_(m.logk.data() + bins.begin * P_ * ncoef_), nbins_(bins.size()) {
+    if (m.sparse)
+      throw usage_error("the model stores sparse templates; evaluate it with storage::Sparse shards (SparseSerialLikelihood)");
+    // Prefetch distance: the bin about 128 KiB ahead (at least the next one).
+    ahead_ = std::clamp<index_t>((index_t{1} << 17) / std::max<index_t>(1, 8 * P_ * ncoef_), 1, 64);
+  }
+
+  index_t cells(index_t) const { return P_; }
+  index_t process(index_t, index_t c) const { return c; }
+  double nominal(index_t i, index_t c) const { return nominal_[i * P_ + c]; }
+
+  /// `prefetch`: request the bin `ahead` bins on meanwhile (when no backward pass follows).
+  void forward(index_t i, const double* C, index_t nf, double* L, bool prefetch) const {
+    detail::forward_rows(row(i, 0), ncoef_, P_, C, nf, ncoef_, L, prefetch ? next(i) : nullptr);
+  }
+  void backward(index_t i, const double* U, index_t nb, double* acc) const {
+    detail::backward_rows(row(i, 0), ncoef_, P_, U, nb, ncoef_, acc, next(i));
+  }
+  double dot(index_t i, index_t c, const double* coef) const { return detail::dot(row(i, c), coef, ncoef_); }
+  /// The effective row E = K + H·diag(dg) over the S systematics (dg null: symmetric, E = K).
+  void effective_row(index_t i, index_t c, const double* dg, double* e) const {
+    const double* r = row(i, c);
+    for (index_t s = 0; s < S_; ++s) e[s] = dg ? r[s] + dg[s] * r[S_ + s] : r[s];
+  }
+  /// out += alpha·H_c (the asymmetric half-difference part of the row).
+  void add_half(index_t i, index_t c, double alpha, double* out) const { detail::axpy(alpha, row(i, c) + S_, out, S_); }
+  /// Bytes streamed by one pass over the bins.
+  std::size_t bytes() const { return static_cast<std::size_t>(nbins_ * P_ * (ncoef_ + 1)) * sizeof(double); }
+
+ private:
+  const double* row(index_t i, index_t c) const { return logk_ + (i * P_ + c) * ncoef_; }
+  const double* next(index_t i) const { return i + ahead_ < nbins_ ? row(i + ahead_, 0) : nullptr; }
+
+  index_t P_, ncoef_, S_;
+  const double* nominal_;
+  const double* logk_;
+  index_t nbins_, ahead_ = 1;
+};
+
+/// Sparse rows (CSR per non-zero cell), evaluated without densifying. A model with dense
+/// templates is converted for the shard's bins once, so both storages serve every model.
+template <>
+class TemplateSlice<storage::Sparse> {
+ public:
+  TemplateSlice(const Model& m, BinRange bins) : ncoef_(m.ncoef()), S_(m.nsyst()), nbins_(bins.size()) {
+    if (!m.sparse) {
+      const auto P = static_cast<std::size_t>(m.nprocs()), nc = static_cast<std::size_t>(ncoef_);
+      const auto b0 = static_cast<std::size_t>(bins.begin), nb = static_cast<std::size_t>(bins.size());
+      owned_ = std::make_shared<SparseTemplates>(SparseTemplates::from_dense(
+          bins.size(), m.nprocs(), ncoef_, std::span(m.nominal).subspan(b0 * P, nb * P), std::span(m.logk).subspan(b0 * P * nc, nb * P * nc)));
+      t_ = owned_.get();
+      first_ = 0;
+    } else {
+      t_ = &*m.sparse;
+      first_ = bins.begin;
+    }
+  }
+
+  index_t cells(index_t i) const { return begin(i + 1) - begin(i); }
+  index_t process(index_t i, index_t c) const { return t_->cell_process[static_cast<std::size_t>(begin(i) + c)]; }
+  double nominal(index_t i, index_t c) const { return t_->cell_nominal[static_cast<std::size_t>(begin(i) + c)]; }
+
+  void forward(index_t i, const double* C, index_t nf, double* L, bool) const {
+    const index_t P = stride();
+    for (index_t c = 0, cell = begin(i); cell < begin(i + 1); ++c, ++cell) {
+      const index_t k0 = t_->row_begin[static_cast<std::size_t>(cell)], k1 = t_->row_begin[static_cast<std::size_t>(cell + 1)];
+      for (index_t j = 0; j < nf; ++j) {
+        const double* cj = C + j * ncoef_;
+        double s = 0;
+        for (index_t k = k0; k < k1; ++k) s = fmadd(t_->val[static_cast<std::size_t>(k)], cj[t_->col[static_cast<std::size_t>(k)]], s);
+        L[c + j * P] = s;
+      }
+    }
+  }
+  void backward(index_t i, const double* U, index_t nb, double* acc) const {
+    const index_t P = stride();
+    for (index_t c = 0, cell = begin(i); cell < begin(i + 1); ++c, ++cell) {
+      const index_t k0 = t_->row_begin[static_cast<std::size_t>(cell)], k1 = t_->row_begin[static_cast<std::size_t>(cell + 1)];
+      for (index_t j = 0; j < nb; ++j) {
+        const double u = U[c + j * P];
+        double* a = acc + j * ncoef_;
+        for (index_t k = k0; k < k1; ++k) {
+          double& dst = a[t_->col[static_cast<std::size_t>(k)]];
+          dst = fmadd(u, t_->val[static_cast<std::size_t>(k)], dst);
+        }
+      }
+    }
+  }
+  double dot(index_t i, index_t c, const double* coef) const {
+    double s = 0;
+    for_each(i, c, [&](index_t col, double v) { s = fmadd(v, coef[col], s); });
+    return s;
+  }
+  void effective_row(index_t i, index_t c, const double* dg, double* e) const {
+    std::fill_n(e, S_, 0.0);
+    for_each(i, c, [&](index_t col, double v) {
+      if (col < S_) e[col] += v;
+      else e[col - S_] += dg[col - S_] * v;
+    });
+  }
+  void add_half(index_t i, index_t c, double alpha, double* out) const {
+    for_each(i, c, [&](index_t col, double v) {
+      if (col >= S_) out[col - S_] += alpha * v;
+    });
+  }
+  /// Bytes streamed by one pass over the bins: values, column indices, row offsets and cells.
+  std::size_t bytes() const {
+    const index_t c0 = begin(0), c1 = begin(nbins_);
+    const index_t nnz = t_->row_begin[static_cast<std::size_t>(c1)] - t_->row_begin[static_cast<std::size_t>(c0)];
+    return static_cast<std::size_t>(nnz) * (sizeof(double) + sizeof(index_t)) +
+           static_cast<std::size_t>(c1 - c0) * (2 * sizeof(index_t) + sizeof(double));
+  }
+
+  /// The stride of the per-cell arrays L and U: the number of processes.
+  index_t stride() const { return t_->nprocs; }
+
+ private:
+  index_t begin(index_t i) const { return t_->bin_begin[static_cast<std::size_t>(first_ + i)]; }
+  template <class F>
+  void for_each(index_t i, index_t c, F&& f) const {
+    const index_t cell = begin(i) + c;
+    for (index_t k = t_->row_begin[static_cast<std::size_t>(cell)]; k < t_->row_begin[static_cast<std::size_t>(cell + 1)]; ++k)
+      f(t_->col[static_cast<std::size_t>(k)], t_->val[static_cast<std::size_t>(k)]);
+  }
+
+  index_t ncoef_, S_, nbins_;
+  std::shared_ptr<SparseTemplates> owned_;
+  const SparseTemplates* t_ = nullptr;
+  index_t first_ = 0;  ///< the slice's first bin in t_
+};
+
+}  // namespace detail
+}  // namespace fitlib

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: MIT
+// The covariance χ² term: against the diagonal χ², a joint minimisation over β, and finite differences.
+#include <catch2/catch.hpp>
+
+#include <Eigen/Dense>
+#include <random>
+
+#include "derivative_checks.hpp"
+#include "random_model.hpp"
+
+using namespace fitlib;
+using fitlib::test::rel_error;
+
+namespace {
+
+Model covariance_model(bool dense_covariance, SystematicType type = SystematicType::log_normal) {
+  test::RandomModelSpec spec;
+  spec.template_stats = true;
+  spec.procs = 4;
+  spec.signals = 2;
+  spec.nsyst = 5;
+  spec.type = type;
+  spec.seed = 17;
+  Model m = test::random_model(spec);
+  const index_t B = m.nbins();
+  for (double n : m.data) m.data_variance.push_back(std::max(n, 1.0) * 1.3);
+  Eigen::MatrixXd C = Eigen::MatrixXd::Zero(B, B);
+  for (index_t b = 0; b < B; ++b) C(b, b) = m.data_variance[static_cast<std::size_t>(b)];
+  if (dense_covariance) {  // correlated: add a few rank-one terms
+    std::mt19937_64 rng(3);
+    std::normal_distribution<double> gauss;
+    for (int r = 0; r < 3; ++r) {
+      Eigen::VectorXd u(B);
+      for (index_t b = 0; b < B; ++b) u(b) = 3.0 * gauss(rng);
+      C += u * u.transpose();
+    }
+  }
+  const Eigen::MatrixXd Cinv = C.inverse();
+  m.data_covariance_inverse.resize(static_cast<std::size_t>(B * B));
+  for (index_t a = 0; a < B; ++a)
+    for (index_t b = 0; b < B; ++b) m.data_covariance_inverse[static_cast<std::size_t>(a * B + b)] = 0.5 * (Cinv(a, b) + Cinv(b, a));
+  return m;
+}
+
+LikelihoodOptions options(DataTerm term, bool bb, BinByBinMode mode = BinByBinMode::lite, BinByBinType type = BinByBinType::normal_additive) {
+  LikelihoodOptions o;
+  o.data_term = term;
+  o.bin_by_bin.enabled = bb;
+  o.bin_by_bin.mode = mode;
+  o.bin_by_bin.type = type;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a diagonal covariance reproduces the diagonal χ² with every Gaussian bin-by-bin choice", "[likelihood][covariance]") {
+  const bool bb = GENERATE(false, true);
+  const auto mode = GENERATE(BinByBinMode::lite, BinByBinMode::full);
+  const auto type = GENERATE(BinByBinType::normal_multiplicative, BinByBinType::normal_additive);
+  INFO((bb ? "with β, " : "without β, ") << (mode == BinByBinMode::lite ? "lite, " : "full, ")
+                                         << (type == BinByBinType::normal_additive ? "additive" : "multiplicative"));
+  const Model model = covariance_model(false);
+  SerialLikelihood cov(model, {}, options(DataTerm::covariance, bb, mode, type));
+  SerialLikelihood chisq(model, {}, options(DataTerm::chisq, bb, mode, type));
+  const index_t n = cov.size();
+  for (std::uint64_t point = 0; point < 2; ++point) {
+    const auto x = test::test_point(model, point, false);
+    std::vector<double> g1(static_cast<std::size_t>(n)), g2(g1.size());
+    const double f1 = cov.value_grad(x, g1), f2 = chisq.value_grad(x, g2);
+    CHECK(f1 == Approx(f2).epsilon(1e-12));
+    CHECK(rel_error(g1, g2) < 1e-11);
+    std::vector<double> f(1), H1(static_cast<std::size_t>(n * n)), H2(H1.size());
+    cov.hessian({x.data(), n, 1}, f, BlockView<double>(g1.data(), n, 1), BlockView<double>(H1.data(), n, n));
+    chisq.hessian({x.data(), n, 1}, f, BlockView<double>(g2.data(), n, 1), BlockView<double>(H2.data(), n, n));
+    CHECK(rel_error(H1, H2) < 1e-11);
+  }
+}
+
+TEST_CASE("covariance term with correlated bins: derivatives and the joint minimum over β", "[likelihood][covariance][bbstat]") {
+  const bool bb = GENERATE(false, true);
+  const auto mode = GENERATE(BinByBinMode::lite, BinByBinMode::full);
+  const auto type = GENERATE(BinByBinType::normal_multiplicative, BinByBinType::normal_additive);
+  const auto systematics = GENERATE(SystematicType::log_normal, SystematicType::normal);
+  INFO((bb ? "with β, " : "without β, ") << (mode == BinByBinMode::lite ? "lite, " : "full, ")
+                                         << (type == BinByBinType::normal_additive ? "additive, " : "multiplicative, ")
+                                         << (systematics == SystematicType::normal ? "additive systematics" : "log-normal"));
+  const Model model = covariance_model(true, systematics);
+  const auto opts = options(DataTerm::covariance, bb, mode, type);
+  SerialLikelihood nll(model, {}, opts);
+  const auto st = BinByBinStats::build(model, {0, model.nbins()}, opts.bin_by_bin, DataTerm::covariance);
+  for (std::uint64_t point = 0; point < 2; ++point) {
+    INFO("point " << point);
+    const auto x = test::test_point(model, point, false);
+    test::check_derivatives(nll, x, 1e-7, point);
+
+    // The profiled value against min over all β at once of ½(ν̃ − n)ᵀC⁻¹(ν̃ − n) + L_β, a quadratic in β
+    // solved here by its normal equations over the joint (bins × β) system.
+    const index_t B = model.nbins(), P = model.nprocs(), per = st.per_bin(), nb = bb ? B * per : 0;
+    SerialLikelihood plain(model, {}, options(DataTerm::covariance, false));
+    const auto nu = plain.yields(x);  // before β
+    const Eigen::Map<const Eigen::MatrixXd> Cinv(model.data_covariance_inverse.data(), B, B);
+    Eigen::VectorXd r(B);
+    Eigen::MatrixXd D = Eigen::MatrixXd::Zero(B, nb);  // ν̃ = ν + D·(β − β₀)
+    Eigen::VectorXd k = Eigen::VectorXd::Ones(nb);
+    for (index_t b = 0; b < B; ++b) {
+      r(b) = -model.data[static_cast<std::size_t>(b)];
+      for (index_t p = 0; p < P; ++p) r(b) += nu[static_cast<std::size_t>(b * P + p)];
+      for (index_t e = 0; e < per && bb; ++e) {
+        const auto at = static_cast<std::size_t>(b * per + e);
+        if (st.fixed[at]) continue;
+        if (type == BinByBinType::normal_additive) {
+          D(b, b * per + e) = st.sigma[at];
+        } else {
+          for (index_t p = 0; p < P; ++p)
+            if (per == 1 ? st.active[static_cast<std::size_t>(b * P + p)] != 0 : p == e) D(b, b * per + e) += nu[static_cast<std::size_t>(b * P + p)];
+          k(b * per + e) = st.kstat[at];
+        }
+      }
+    }
+    const Eigen::MatrixXd A = D.transpose() * Cinv * D + Eigen::MatrixXd(k.asDiagonal());
+    const Eigen::VectorXd d = A.ldlt().solve(-D.transpose() * Cinv * r);
+    const Eigen::VectorXd res = r + D * d;
+    const double joint = 0.5 * res.dot(Cinv * res) + 0.5 * d.dot(k.asDiagonal() * d);
+    // The constraints are what the other terms add on top of the data term.
+    SerialLikelihood constraints_only(model, {}, options(DataTerm::covariance, false));
+    const double cons = constraints_only.value(x) - 0.5 * r.dot(Cinv * r);
+    CHECK(nll.value(x) == Approx(joint + cons).epsilon(1e-11));
+  }
+}
+
+TEST_CASE("covariance term: invalid combinations are rejected naming the remedy", "[likelihood][covariance]") {
+  Model model = covariance_model(false);
+  auto gamma = options(DataTerm::covariance, true, BinByBinMode::lite, BinByBinType::gamma);
+  REQUIRE_THROWS_WITH(SerialLikelihood(model, {}, gamma), Catch::Contains("normal_additive or normal_multiplicative"));
+  // Without a covariance matrix the data variances give the diagonal (rabbit's intended fallback).
+  model.data_covariance_inverse.clear();
+  SerialLikelihood diag(model, {}, options(DataTerm::covariance, false));
+  SerialLikelihood chisq(model, {}, options(DataTerm::chisq, false));
+  const auto x = test::test_point(model, 0, false);
+  CHECK(diag.value(x) == Approx(chisq.value(x)).epsilon(1e-12));
+  model.data_variance.assign(model.data_variance.size(), 1.0);
+  model.data_variance[2] = 0;
+  REQUIRE_THROWS_WITH(SerialLikelihood(model, {}, options(DataTerm::covariance, false)), Catch::Contains("data_covariance_inverse"));
+  model.data_variance.clear();
+  model.data_covariance_inverse.assign(static_cast<std::size_t>(model.nbins() * model.nbins()), 0.0);
+  model.data_covariance_inverse[1] = 1.0;
+  REQUIRE_THROWS_WITH(model.validate(), Catch::Contains("not symmetric"));
+  model.data_covariance_inverse[1] = 0.0;  // all zero: not positive definite once β widens C
+  REQUIRE_THROWS_WITH(SerialLikelihood(model, {}, options(DataTerm::covariance, true)), Catch::Contains("not positive definite"));
+}
