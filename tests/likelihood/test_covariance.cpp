@@ -92,6 +92,21 @@ TEST_CASE("covariance term with correlated bins: derivatives and the joint minim
     INFO("point " << point);
     const auto x = test::test_point(model, point, false);
     test::check_derivatives(nll, x, 1e-7, point);
+    {  // a block of two columns gives each column's own value, gradient and Hessian
+      const index_t n = nll.size();
+      const auto x2 = test::test_point(model, point + 5, false);
+      std::vector<double> X(x), f(2), G(static_cast<std::size_t>(2 * n)), H(static_cast<std::size_t>(2 * n * n));
+      X.insert(X.end(), x2.begin(), x2.end());
+      nll.hessian({X.data(), n, 2}, f, BlockView<double>(G.data(), n, 2), BlockView<double>(H.data(), n, 2 * n));
+      for (int c = 0; c < 2; ++c) {
+        const auto& xc = c == 0 ? x : x2;
+        std::vector<double> f1(1), g1(static_cast<std::size_t>(n)), H1(static_cast<std::size_t>(n * n));
+        nll.hessian({xc.data(), n, 1}, f1, BlockView<double>(g1.data(), n, 1), BlockView<double>(H1.data(), n, n));
+        CHECK(f[static_cast<std::size_t>(c)] == f1[0]);
+        CHECK(std::vector<double>(G.begin() + c * n, G.begin() + (c + 1) * n) == g1);
+        CHECK(std::vector<double>(H.begin() + c * n * n, H.begin() + (c + 1) * n * n) == H1);
+      }
+    }
 
     // The profiled value against min over all β at once of ½(ν̃ − n)ᵀC⁻¹(ν̃ − n) + L_β, a quadratic in β
     // solved here by its normal equations over the joint (bins × β) system.

@@ -176,7 +176,7 @@ class Likelihood {
         buf.resize(static_cast<std::size_t>(n * n));
         const index_t b0 = data_offset(k);
         shards_[k].hessian(x, j, k == 0 ? hj : BlockView<double>(buf.data(), n, n),
-                           coupled ? data_rows(y_, b0, k).block_cols(j, 1) : ConstBlockView<double>{},
+                           coupled ? data_rows(y_, b0, k) : ConstBlockView<double>{},
                            coupled ? BlockView<double>(rows_.data() + b0, shards_[k].ndata(), n, rows_.rows()) : BlockView<double>{});
         if (k > 0) add(hj, ConstBlockView<double>(buf.data(), n, n));
       }
