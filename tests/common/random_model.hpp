@@ -82,6 +82,12 @@ inline Model random_model(const RandomModelSpec& sp) {
   return m;
 }
 
+/// Data variances for the χ² terms: 1.3·n, and 1.3 where n = 0 (those bins need one too).
+inline void add_data_variances(Model& m) {
+  m.data_variance.clear();
+  for (double n : m.data) m.data_variance.push_back(std::max(n, 1.0) * 1.3);
+}
+
 /// Parameter points that put θ on both sides of |θ| = ½ (the interpolation's smooth region).
 inline std::vector<double> test_point(const Model& m, std::uint64_t seed, bool linear_poi) {
   std::mt19937_64 rng(seed);

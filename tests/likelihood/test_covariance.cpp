@@ -23,7 +23,7 @@ Model covariance_model(bool dense_covariance, SystematicType type = SystematicTy
   spec.seed = 17;
   Model m = test::random_model(spec);
   const index_t B = m.nbins();
-  for (double n : m.data) m.data_variance.push_back(std::max(n, 1.0) * 1.3);
+  test::add_data_variances(m);
   Eigen::MatrixXd C = Eigen::MatrixXd::Zero(B, B);
   for (index_t b = 0; b < B; ++b) C(b, b) = m.data_variance[static_cast<std::size_t>(b)];
   if (dense_covariance) {  // correlated: add a few rank-one terms

@@ -45,7 +45,7 @@ TEST_CASE("derivatives match central finite differences for every feature combin
   spec.mu_default = 1.2;
   spec.seed = 7 + static_cast<std::uint64_t>(asymmetric) + 2 * static_cast<std::uint64_t>(type == SystematicType::normal);
   Model model = test::random_model(spec);
-  for (double n : model.data) model.data_variance.push_back(std::max(n, 1.0) * 1.3);  // the n = 0 bins need a variance
+  test::add_data_variances(model);
   LikelihoodOptions opts;
   opts.allow_negative_poi = linear_poi;
   opts.data_term = data_term;

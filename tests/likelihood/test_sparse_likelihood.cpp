@@ -40,7 +40,7 @@ TEST_CASE("sparse and dense templates give the same likelihood to 1e-12", "[like
   spec.signals = 2;
   spec.seed = 11;
   Model dense = test::random_model(spec);
-  for (double n : dense.data) dense.data_variance.push_back(std::max(n, 1.0) * 1.3);
+  test::add_data_variances(dense);
   // Sparse for real: zero a third of the logk entries, so rows have different lengths.
   for (std::size_t k = 0; k < dense.logk.size(); k += 3) dense.logk[k] = 0.0;
   Model sparse = dense;

@@ -59,6 +59,12 @@ TEST_CASE("ModelBuilder lays the model out as rabbit does", "[model]") {
   CHECK(zero.build().logk[0] == Approx(std::log(1e-3)));
 }
 
+TEST_CASE("ModelBuilder lays template variances out like the nominal yields", "[model]") {
+  const Model m = basic().set_variances("cr", "bkg", std::vector{2.0, 3.0}).build();
+  CHECK(m.sumw2 == std::vector{0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, 3.0});
+  CHECK(basic().build().sumw2.empty());  // exact templates
+}
+
 TEST_CASE("Symmetrize modes", "[model]") {
   auto first_entry = [](Symmetrize mode) {
     ModelBuilder mb;
@@ -79,6 +85,11 @@ TEST_CASE("bad input raises model_error naming the item", "[model][validation]")
     CHECK_THROWS_WITH(basic().set_nominal("cr", "sig", std::vector{1.0}),
                       Contains("process 'sig'") && Contains("channel 'cr'") && Contains("1 bins") && Contains("has 2"));
     CHECK_THROWS_WITH(basic().set_data("sr", std::vector{1.0, 2.0}), Contains("data histogram") && Contains("channel 'sr'"));
+    CHECK_THROWS_WITH(basic().set_nominal("sr", "sig", std::vector{1.0, 2.0, 3.0}), Contains("nominal histogram set twice") &&
+                                                                                         Contains("process 'sig'"));
+    CHECK_THROWS_WITH(basic().set_variances("sr", "bkg", std::vector{1.0, 1.0}), Contains("template variances of process 'bkg'"));
+    CHECK_THROWS_WITH(basic().set_variances("sr", "sig", std::vector{1.0, 1.0, 1.0}).set_variances("sr", "sig", std::vector{1.0, 1.0, 1.0}),
+                      Contains("template variances set twice"));
     CHECK_THROWS_WITH(basic().add_shape_variation("jes", "sr", "sig", std::vector{1.0, 2.0, 3.0}, std::vector{1.0}),
                       Contains("down variation of systematic 'jes'"));
     Model m = test::random_model({});

@@ -33,7 +33,6 @@ struct BinByBinStats {
 
   /// β entries per bin.
   index_t per_bin() const { return mode == BinByBinMode::lite ? 1 : nprocs; }
-  index_t nbeta() const { return enabled ? nbins * per_bin() : 0; }
   bool multiplicative() const { return type != BinByBinType::normal_additive; }
 
   /// The constants of the global data bins `bins` of `model`.
@@ -108,11 +107,6 @@ inline BetaTerm beta_term(BinByBinType type, double beta, double k, double beta0
     case BinByBinType::normal_multiplicative: return {0.5 * k * d * d, k};
     default: return {0.5 * d * d, 1.0};
   }
-}
-
-/// ∂D/∂ν at ν for the separable data terms (Poisson's 1 − n/ν, χ²'s (ν − n)/σ²).
-inline double data_slope(DataTerm term, double nu, double n, double aux) {
-  return term == DataTerm::poisson ? (n == 0 ? 1.0 : 1.0 - n / nu) : (nu - n) * aux;
 }
 
 /// Gamma constraints in full mode have no closed-form profile (§3.4): the total profiled yield x
@@ -274,8 +268,8 @@ inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm ter
   // Multiplicative full: β_p = argmin given the profiled total (into u1), then the Schur complement.
   double* b = u1;
   if (st.type == BinByBinType::gamma) {
-    const double x = gamma_full_yield(st, i, term, n, aux, m);
-    const double d1 = poisson_empty ? 1.0 : data_slope(term, x, n, aux);
+    // With n = 0 the slope is 1 whatever the total, so there is nothing to solve.
+    const double d1 = poisson_empty ? 1.0 : data_slope(term, gamma_full_yield(st, i, term, n, aux, m), n, aux);
     for (index_t p = 0; p < P; ++p) b[p] = fx[p] ? b0[p] : k[p] * b0[p] / (k[p] + d1 * m[p]);
   } else {
     double Sk = 0, Bk = 0;

@@ -50,18 +50,25 @@ struct BinTerm {
   double d2;   ///< ∂²/∂ν²
 };
 
+/// The data term's slope ∂/∂ν alone (no logarithm), for the solvers that iterate on ν: Poisson's
+/// 1 − n/ν (1 for n = 0), χ²'s (ν − n)/σ² given aux = 1/σ².
+FITLIB_HOST_DEVICE inline double data_slope(DataTerm kind, double nu, double n, double aux) {
+  return kind == DataTerm::poisson ? (n == 0 ? 1.0 : 1.0 - n / nu) : (nu - n) * aux;
+}
+
 /// The reduced Poisson term ν − n − n(ln ν − ln n), zero at ν = n (the saturated offset, §3.1); for
 /// n = 0 the log term is dropped. A non-positive ν with n > 0 gives +∞.
 FITLIB_HOST_DEVICE inline BinTerm poisson_term(double nu, double n, double log_n) {
   if (n == 0) return {nu, 1.0, 0.0};
-  if (!(nu > 0)) return {std::numeric_limits<double>::infinity(), 1.0 - n / nu, n / (nu * nu)};
-  return {nu - n - n * (std::log(nu) - log_n), 1.0 - n / nu, n / (nu * nu)};
+  const double w = data_slope(DataTerm::poisson, nu, n, 0.0);
+  if (!(nu > 0)) return {std::numeric_limits<double>::infinity(), w, n / (nu * nu)};
+  return {nu - n - n * (std::log(nu) - log_n), w, n / (nu * nu)};
 }
 
 /// ½(ν − n)²/σ², given 1/σ².
 FITLIB_HOST_DEVICE inline BinTerm chisq_term(double nu, double n, double inverse_variance) {
   const double r = nu - n;
-  return {0.5 * r * r * inverse_variance, r * inverse_variance, inverse_variance};
+  return {0.5 * r * r * inverse_variance, data_slope(DataTerm::chisq, nu, n, inverse_variance), inverse_variance};
 }
 
 /// The bin's term; `aux` is ln n (Poisson) or 1/σ² (χ²), precomputed with the data.

@@ -262,9 +262,13 @@ class Likelihood {
     }
     const bool coupled = opts_.data_term == DataTerm::covariance;
     if (coupled) solve_coupled(x, v, f);
-    for (std::size_t k = 0; k < shards_.size(); ++k) {
+    // The coupled term's value comes from solve_coupled: its backward pass only serves derivatives.
+    const bool backward = !coupled || !g.empty() || nv > 0;
+    for (std::size_t k = 0; k < shards_.size() && backward; ++k) {
       Partials& p = partial_[k];
-      PartialRequest rq{x, nv > 0 ? v : ConstBlockView<double>{}, nullptr, {}, {}, {}, {}};
+      PartialRequest rq;
+      rq.x = x;
+      rq.v = v;
       if (coupled) {
         rq.coupled_y = data_rows(y_, data_offset(k), k);
         if (nv > 0) rq.coupled_z = data_rows(z_, data_offset(k), k);
@@ -336,7 +340,16 @@ class Likelihood {
       for (std::size_t k = 0; k < shards_.size(); ++k) {
         const Overlap ov = overlap(k, br);
         if (ov.local.size() == 0) continue;
-        shards_[k].observable_backward(x, v, ov.local, {y.data() + ov.row, ov.local.size(), nx, nb}, {z.data() + ov.row, ov.local.size(), nv, nb}, g, hv);
+        PartialRequest rq;
+        rq.x = x;
+        rq.v = v;
+        rq.grad = g;
+        rq.hvp = hv;
+        rq.coupled_y = {y.data() + ov.row, ov.local.size(), nx, nb};
+        rq.coupled_z = {z.data() + ov.row, ov.local.size(), nv, nb};
+        rq.observables = ov.local;
+        rq.accumulate = true;
+        shards_[k].partials(rq);
       }
     }
   }
@@ -384,7 +397,7 @@ class Likelihood {
     for (std::size_t k = 0; k < shards_.size(); ++k) {
       const index_t b0 = data_offset(k), nd = shards_[k].ndata();
       auto rows = [&](Eigen::MatrixXd& a) { return BlockView<double>(a.data() + b0, nd, a.cols(), B); };
-      shards_[k].coupled_aggregates(x, nv > 0 ? v : ConstBlockView<double>{}, rows(nu_), rows(q_), rows(dnu_), rows(dq_));
+      shards_[k].coupled_aggregates(x, v, rows(nu_), rows(q_), rows(dnu_), rows(dq_));
     }
     for (index_t j = 0; j < nx; ++j) {
       const double value = covariance_.solve(j, {nu_.col(j).data(), static_cast<std::size_t>(B)}, {q_.col(j).data(), static_cast<std::size_t>(B)},

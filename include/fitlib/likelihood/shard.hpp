@@ -26,7 +26,7 @@ namespace fitlib {
 
 /// What one pass over a shard computes, for a block of `nx` parameter columns `x` and optionally
 /// `nv` directions `v` (one per column, or all at one point when `nx == 1`). Every output is
-/// optional; outputs are overwritten with this shard's partial sums of the data term.
+/// optional; outputs are overwritten (or, with `accumulate`, added to) with this shard's partial sums.
 struct PartialRequest {
   ConstBlockView<double> x;   ///< `[nparams × nx]`
   ConstBlockView<double> v;   ///< `[nparams × nv]`, or empty
@@ -38,6 +38,12 @@ struct PartialRequest {
   /// direction, computed by the likelihood from `coupled_aggregates`. Empty for separable terms;
   /// when set, `nll` is not written (the likelihood owns the value).
   ConstBlockView<double> coupled_y, coupled_z;
+  /// Local bins (any, masked included) of a penalty on the observables o_b = Σ_p ν_bp: the pass is
+  /// then that penalty's backward pass instead of the data term's, with coupled_y = ∂pen/∂o and
+  /// coupled_z = ∇²pen·do per row of this range, and no bin-by-bin β. Empty: the data bins.
+  BinRange observables = {};
+  /// Add into grad and hvp instead of overwriting them.
+  bool accumulate = false;
 };
 
 template <class Policy, class Storage = storage::Dense>
@@ -89,7 +95,6 @@ class Shard<Policy, Storage> {
   BinRange bins() const { return range_; }
   /// Data (unmasked) bins of the shard: the first `ndata()` of its range.
   index_t ndata() const { return ndata_; }
-  const BinByBinStats& bin_by_bin() const { return bb_; }
   index_t nparams() const { return nparams_; }
 
   /// Replaces the observed counts of this shard's unmasked bins (toys, Asimov, data replicas) and
@@ -118,7 +123,10 @@ class Shard<Policy, Storage> {
     const index_t nx = rq.x.cols, nv = rq.v.empty() ? 0 : rq.v.cols;
     // The gradient's backward column u; an HVP needs it too, for g''·(Hᵀu), but only with an asymmetric tensor.
     const bool want_u = !rq.grad.empty() || (nv > 0 && !symmetric_);
-    const bool coupled = !rq.coupled_y.empty();
+    // Observables are the coupled form with exact templates: ∂F/∂m = y, curvature z through u₁ = 1.
+    const bool observables = rq.observables.size() > 0, coupled = observables || !rq.coupled_y.empty();
+    const BinRange bins = observables ? rq.observables : BinRange{0, ndata_};
+    const BinByBinStats& st = observables ? exact_ : bb_;
     const index_t nu = want_u ? nx : 0, nf = nx + nv, nb = nu + nv;
     auto point_of = [&](index_t k) { return nx == 1 ? index_t{0} : k; };
     prepare_columns(rq.x, rq.v);
@@ -131,8 +139,8 @@ class Shard<Policy, Storage> {
     double* U = cell_U_.data();       // [P × nb]
     detail::CellYield* cy = cells_.data();  // [P × nx]
 
-    for (index_t i = 0; i < ndata_; ++i) {
-      const double n = data_[static_cast<std::size_t>(i)], aux = aux_[static_cast<std::size_t>(i)];
+    for (index_t i = bins.begin; i < bins.end; ++i) {
+      const index_t r = i - bins.begin;
       // Forward: every column's and direction's L for the bin's cells.
       const index_t nc = tpl_.cells(i);
       // The rows of later bins are requested during the backward pass, or here when there is none.
@@ -141,10 +149,10 @@ class Shard<Policy, Storage> {
         cell_yields(i, j, L, cy + j * P);
         // The bin's term and its curvature in the cell yields, β profiled (bbstat.hpp).
         double* g = g_.data() + j * P;
-        const auto t = coupled ? detail::coupled_bin(bb_, i, m_.data(), P, rq.coupled_y(i, j), g, delta_.data() + j * P,
+        const auto t = coupled ? detail::coupled_bin(st, i, m_.data(), P, rq.coupled_y(r, j), g, delta_.data() + j * P,
                                                      u1_.data() + j * P, u2_.data() + j * P, nullptr)
-                               : detail::profile_bin(bb_, i, data_term_, n, aux, m_.data(), P, g, delta_.data() + j * P,
-                                                     u1_.data() + j * P, u2_.data() + j * P, nullptr);
+                               : detail::profile_bin(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)],
+                                                     m_.data(), P, g, delta_.data() + j * P, u1_.data() + j * P, u2_.data() + j * P, nullptr);
         if (rq.nll && !coupled) rq.nll[j] += t.nll;
         curv_[static_cast<std::size_t>(j)] = t;
         if (!want_u) continue;
@@ -169,7 +177,7 @@ class Shard<Policy, Storage> {
           t2 += u2[p] * dm;
         }
         // The coupled term's non-local curvature enters through u₁: z = (C + diag q)⁻¹·(Σ_bins u₁·dm).
-        const double a1 = t.s11 * t1 + t.s12 * t2 + (coupled ? rq.coupled_z(i, k) : 0.0), a2 = t.s12 * t1 + t.s22 * t2;
+        const double a1 = t.s11 * t1 + t.s12 * t2 + (coupled ? rq.coupled_z(r, k) : 0.0), a2 = t.s12 * t1 + t.s22 * t2;
         for (index_t c = 0; c < nc; ++c) {
           const auto& y = cy[c + j * P];
           const index_t p = tpl_.process(i, c), q = poi_of_process_[static_cast<std::size_t>(p)];
@@ -184,22 +192,7 @@ class Shard<Policy, Storage> {
       tpl_.backward(i, U, nb, acc_.data());
     }
 
-    write_partials(rq.v, nx, nu, rq.grad, rq.hvp, false);
-  }
-
-  /// Linear observables o_b = Σ_p ν_bp of the local bins `r` (any, masked included), for the
-  /// regularizers that read yields: each column's `o` (`[r.size() × nx]`) and each direction's
-  /// derivative `dobs` (`[r.size() × nv]`, or empty). A forward-only pass over those bins.
-  void observables(ConstBlockView<double> x, ConstBlockView<double> v, BinRange r, BlockView<double> o, BlockView<double> dobs) {
-    observable_pass(x, v, r, o, dobs, {}, {}, {}, {});
-  }
-
-  /// Adds the backward pass of a penalty on the observables of the local bins `r`: y = ∂pen/∂o per
-  /// column and z = ∇²pen·do per direction give the gradient Σ_b y_b·∇o_b and the HVPs
-  /// Σ_b (z_b·∇o_b + y_b·∇²o_b·v), added into `grad` and `hvp`.
-  void observable_backward(ConstBlockView<double> x, ConstBlockView<double> v, BinRange r, ConstBlockView<double> y,
-                           ConstBlockView<double> z, BlockView<double> grad, BlockView<double> hvp) {
-    observable_pass(x, v, r, {}, {}, y, z, grad, hvp);
+    write_partials(rq.v, nx, nu, rq.grad, rq.hvp, rq.accumulate);
   }
 
   /// Data-term dense Hessian of column `j` of `x` into `hess` (`[nparams × nparams]`), as GEMMs
@@ -297,33 +290,15 @@ class Shard<Policy, Storage> {
   /// derivatives for each column of v (`dnu`, `dq`: `[ndata × nv]`). A forward-only pass.
   void coupled_aggregates(ConstBlockView<double> x, ConstBlockView<double> v, BlockView<double> nu, BlockView<double> q,
                           BlockView<double> dnu, BlockView<double> dq) {
-    const index_t nx = x.cols, nv = v.empty() ? 0 : v.cols, P = nprocs_;
-    prepare_columns(x, v);
-    double* L = cell_L_.data();
-    for (index_t i = 0; i < ndata_; ++i) {
-      const index_t nc = tpl_.cells(i);
-      tpl_.forward(i, coef_.data(), nx + nv, L, true);
-      for (index_t j = 0; j < nx; ++j) {
-        cell_yields(i, j, L, cells_.data() + j * P);
-        const auto a = detail::coupled_aggregates(bb_, i, m_.data(), P, u1_.data() + j * P, u2_.data() + j * P);
-        nu(i, j) = a.nu;
-        q(i, j) = a.q;
-      }
-      for (index_t k = 0; k < nv; ++k) {
-        const index_t j = nx == 1 ? 0 : k;
-        const double* vk = v.col(k);
-        double s_nu = 0, s_q = 0;
-        for (index_t cc = 0; cc < nc; ++cc) {
-          const auto& c = cells_[static_cast<std::size_t>(cc + j * P)];
-          const index_t p = tpl_.process(i, cc), qi = poi_of_process_[static_cast<std::size_t>(p)];
-          const double dm = c.d_mu * (qi >= 0 ? vk[qi] : 0.0) + c.d_L * L[cc + (nx + k) * P];
-          s_nu += u1_[static_cast<std::size_t>(p + j * P)] * dm;
-          s_q += u2_[static_cast<std::size_t>(p + j * P)] * dm;
-        }
-        dnu(i, k) = s_nu;
-        dq(i, k) = s_q;
-      }
-    }
+    aggregate_pass(x, v, {0, ndata_}, bb_, nu, q, dnu, dq);
+  }
+
+  /// The observables o_b = Σ_p ν_bp of the local bins `r` (any, masked included), for the penalties
+  /// that read yields: each column's `o` (`[r.size() × nx]`) and each direction's derivative
+  /// `dobs` (`[r.size() × nv]`, or empty). Their backward pass is `partials` with
+  /// PartialRequest::observables.
+  void observables(ConstBlockView<double> x, ConstBlockView<double> v, BinRange r, BlockView<double> o, BlockView<double> dobs) {
+    aggregate_pass(x, v, r, exact_, o, {}, dobs, {});
   }
 
   /// Expected yields ν[b, p] of every bin of the shard (masked included) at column `j` of `x`,
@@ -344,6 +319,40 @@ class Shard<Policy, Storage> {
   }
 
  private:
+  /// The forward-only pass behind coupled_aggregates and observables: per bin of the local range
+  /// `bins`, ν' and q (bbstat.hpp, coupled_aggregates; with `exact_`, ν' = Σ_p ν_bp and q = 0) for
+  /// each column, their directional derivatives for each direction; `q` and `dq` may be empty.
+  void aggregate_pass(ConstBlockView<double> x, ConstBlockView<double> v, BinRange bins, const BinByBinStats& st, BlockView<double> nu,
+                      BlockView<double> q, BlockView<double> dnu, BlockView<double> dq) {
+    const index_t nx = x.cols, nv = v.empty() ? 0 : v.cols, P = nprocs_;
+    prepare_columns(x, v);
+    double* L = cell_L_.data();
+    for (index_t i = bins.begin; i < bins.end; ++i) {
+      const index_t nc = tpl_.cells(i), r = i - bins.begin;
+      tpl_.forward(i, coef_.data(), nx + nv, L, true);
+      for (index_t j = 0; j < nx; ++j) {
+        cell_yields(i, j, L, cells_.data() + j * P);
+        const auto a = detail::coupled_aggregates(st, i, m_.data(), P, u1_.data() + j * P, u2_.data() + j * P);
+        nu(r, j) = a.nu;
+        if (!q.empty()) q(r, j) = a.q;
+      }
+      for (index_t k = 0; k < nv; ++k) {
+        const index_t j = nx == 1 ? 0 : k;
+        const double* vk = v.col(k);
+        double s_nu = 0, s_q = 0;
+        for (index_t cc = 0; cc < nc; ++cc) {
+          const auto& c = cells_[static_cast<std::size_t>(cc + j * P)];
+          const index_t p = tpl_.process(i, cc), qi = poi_of_process_[static_cast<std::size_t>(p)];
+          const double dm = c.d_mu * (qi >= 0 ? vk[qi] : 0.0) + c.d_L * L[cc + (nx + k) * P];
+          s_nu += u1_[static_cast<std::size_t>(p + j * P)] * dm;
+          s_q += u2_[static_cast<std::size_t>(p + j * P)] * dm;
+        }
+        dnu(r, k) = s_nu;
+        if (!dq.empty()) dq(r, k) = s_q;
+      }
+    }
+  }
+
   /// The gradient and HVP columns from the accumulators: θ's from the template products (with the
   /// asymmetric interpolation's g' and, for HVPs, g''·v·(Hᵀu)), the POIs' from their own sums.
   /// Overwrites, or adds with `add`.
@@ -366,51 +375,6 @@ class Shard<Policy, Storage> {
       for (index_t s = 0; s < S; ++s)
         put(h[npoi_ + s], symmetric_ ? a[s] : a[s] + dg_[s + j * S] * a[S + s] + d2g_[s + j * S] * vk[npoi_ + s] * au[S + s]);
     }
-  }
-
-  /// The observables' forward pass (o, dobs not empty) or backward pass (y given), see above.
-  void observable_pass(ConstBlockView<double> x, ConstBlockView<double> v, BinRange r, BlockView<double> o, BlockView<double> dobs,
-                       ConstBlockView<double> y, ConstBlockView<double> z, BlockView<double> grad, BlockView<double> hvp) {
-    const index_t nx = x.cols, nv = v.empty() ? 0 : v.cols, P = nprocs_;
-    const bool backward = !y.empty(), want_u = backward && (!grad.empty() || (nv > 0 && !symmetric_));
-    const index_t nu = want_u ? nx : 0, nb = backward ? nu + nv : 0;
-    prepare_columns(x, v);
-    std::fill_n(acc_.data(), ncoef_ * nb, 0.0);
-    std::fill_n(poi_acc_.data(), npoi_ * nb, 0.0);
-    double *L = cell_L_.data(), *U = cell_U_.data();
-    detail::CellYield* cy = cells_.data();
-    for (index_t i = r.begin; i < r.end; ++i) {
-      const index_t b = i - r.begin, nc = tpl_.cells(i);
-      tpl_.forward(i, coef_.data(), nx + nv, L, !backward);
-      for (index_t j = 0; j < nx; ++j) {
-        cell_yields(i, j, L, cy + j * P);
-        double sum = 0;
-        for (index_t c = 0; c < nc; ++c) {
-          sum += cy[c + j * P].nu;
-          if (!want_u) continue;
-          U[c + j * P] = y(b, j) * cy[c + j * P].d_L;
-          if (const index_t q = poi_of_process_[static_cast<std::size_t>(tpl_.process(i, c))]; q >= 0) poi_acc_[q + j * npoi_] += y(b, j) * cy[c + j * P].d_mu;
-        }
-        if (!backward) o(b, j) = sum;
-      }
-      for (index_t k = 0; k < nv; ++k) {
-        const index_t j = nx == 1 ? 0 : k;
-        const double* vk = v.col(k);
-        double dsum = 0;
-        for (index_t c = 0; c < nc; ++c) {
-          const auto& e = cy[c + j * P];
-          const index_t q = poi_of_process_[static_cast<std::size_t>(tpl_.process(i, c))];
-          const double vq = q >= 0 ? vk[q] : 0.0, dL = L[c + (nx + k) * P];
-          dsum += e.d_mu * vq + e.d_L * dL;
-          if (!backward) continue;
-          U[c + (nu + k) * P] = z(b, k) * e.d_L + y(b, j) * (e.d_muL * vq + e.d_LL * dL);
-          if (q >= 0) poi_acc_[q + (nu + k) * npoi_] += z(b, k) * e.d_mu + y(b, j) * (e.d_mumu * vq + e.d_muL * dL);
-        }
-        if (!backward && !dobs.empty()) dobs(b, k) = dsum;
-      }
-      if (backward) tpl_.backward(i, U, nb, acc_.data());
-    }
-    if (backward) write_partials(v, nx, nu, grad, hvp, true);
   }
 
   /// The cells' yields of bin i at column j from their L (stride P), into `out` (per cell), and the
@@ -495,7 +459,7 @@ class Shard<Policy, Storage> {
   detail::TemplateSlice<Storage> tpl_;
   std::vector<double> data_, aux_, r0_;  // aux: ln n (Poisson) or 1/σ² (χ²) per bin
   std::vector<index_t> poi_of_process_;
-  BinByBinStats bb_;
+  BinByBinStats bb_, exact_;  // exact_: no β, for the observables
   // Workspaces, sized on first use and reused; per column: the bin's ∂F/∂m and its curvature.
   std::vector<double> coef_, acc_, poi_acc_, dg_, d2g_, cell_L_, cell_U_, g_, delta_, u1_, u2_, m_;
   std::vector<detail::BinCurvature> curv_;

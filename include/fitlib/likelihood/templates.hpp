@@ -64,8 +64,6 @@ class TemplateSlice<storage::Dense> {
   }
   /// out += alpha·H_c (the asymmetric half-difference part of the row).
   void add_half(index_t i, index_t c, double alpha, double* out) const { detail::axpy(alpha, row(i, c) + S_, out, S_); }
-  /// Bytes streamed by one pass over the bins.
-  std::size_t bytes() const { return static_cast<std::size_t>(nbins_ * P_ * (ncoef_ + 1)) * sizeof(double); }
 
  private:
   const double* row(index_t i, index_t c) const { return logk_ + (i * P_ + c) * ncoef_; }

@@ -59,23 +59,13 @@ class ModelBuilder {
   }
 
   ModelBuilder& set_nominal(const std::string& channel, const std::string& process, std::span<const double> yields) {
-    auto& ch = channel_ref(channel);
-    process_ref(process);
-    require_length(yields, ch, "nominal histogram of process '" + process + "'");
-    if (!nominal_.emplace(std::pair(channel, process), std::vector<double>(yields.begin(), yields.end())).second)
-      throw model_error("nominal histogram of process '" + process + "' in channel '" + channel + "' is set twice");
-    return *this;
+    return set_histogram(nominal_, "nominal histogram", channel, process, yields);
   }
 
   /// The variances of a template's Monte-Carlo sums (sumw2, rabbit's hsumw2), which drive the
   /// bin-by-bin statistics; templates without them are exact.
   ModelBuilder& set_variances(const std::string& channel, const std::string& process, std::span<const double> sumw2) {
-    auto& ch = channel_ref(channel);
-    process_ref(process);
-    require_length(sumw2, ch, "template variances of process '" + process + "'");
-    if (!variances_.emplace(std::pair(channel, process), std::vector<double>(sumw2.begin(), sumw2.end())).second)
-      throw model_error("template variances of process '" + process + "' in channel '" + channel + "' are set twice");
-    return *this;
+    return set_histogram(variances_, "template variances", channel, process, sumw2);
   }
 
   ModelBuilder& set_data(const std::string& channel, std::span<const double> counts) {
@@ -186,6 +176,16 @@ class ModelBuilder {
     return *this;
   }
 
+  ModelBuilder& set_histogram(std::map<Key, std::vector<double>>& into, const char* what, const std::string& channel,
+                              const std::string& process, std::span<const double> h) {
+    auto& ch = channel_ref(channel);
+    process_ref(process);
+    require_length(h, ch, std::string(what) + " of process '" + process + "'");
+    if (!into.emplace(std::pair(channel, process), std::vector<double>(h.begin(), h.end())).second)
+      throw model_error(std::string(what) + " set twice for process '" + process + "' in channel '" + channel + "'; set it once");
+    return *this;
+  }
+
   SystematicType type_;
   std::vector<Channel> channels_;
   std::vector<ProcessEntry> processes_;
@@ -244,23 +244,17 @@ inline Model ModelBuilder::build() const {
     return ns;
   };
 
-  m.nominal.assign(static_cast<std::size_t>(bf * np), 0.0);
-  for (const auto& [key, h] : nominal_) {
-    const auto c = chan_index(key.first);
-    const index_t p = proc_index(key.second);
-    for (index_t i = 0; i < m.channels[c].nbins; ++i)
-      m.nominal[static_cast<std::size_t>((chan_start[c] + i) * np + p)] = h[static_cast<std::size_t>(i)];
-  }
-
-  if (!variances_.empty()) {
-    m.sumw2.assign(static_cast<std::size_t>(bf * np), 0.0);
-    for (const auto& [key, h] : variances_) {
+  // Per-(channel, process) histograms into the [nbins_full × nprocs] layout, zero where absent.
+  auto scatter = [&](const std::map<Key, std::vector<double>>& histograms, std::vector<double>& out) {
+    out.assign(static_cast<std::size_t>(bf * np), 0.0);
+    for (const auto& [key, h] : histograms) {
       const auto c = chan_index(key.first);
       const index_t p = proc_index(key.second);
-      for (index_t i = 0; i < m.channels[c].nbins; ++i)
-        m.sumw2[static_cast<std::size_t>((chan_start[c] + i) * np + p)] = h[static_cast<std::size_t>(i)];
+      for (index_t i = 0; i < m.channels[c].nbins; ++i) out[static_cast<std::size_t>((chan_start[c] + i) * np + p)] = h[static_cast<std::size_t>(i)];
     }
-  }
+  };
+  scatter(nominal_, m.nominal);
+  if (!variances_.empty()) scatter(variances_, m.sumw2);
 
   // ℓ = ln(V/N) (log-normal) or V − N (normal); rabbit maps a log-normal variation that
   // reaches zero or flips sign to ln(1e-3) (§1.4).

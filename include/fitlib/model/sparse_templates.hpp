@@ -82,6 +82,22 @@ inline std::string number(double v) {
 
 inline std::string shape(index_t a, index_t b) { return std::string("[") + std::to_string(a) + ", " + std::to_string(b) + "]"; }
 
+/// Entry k of a COO index array `[nnz × 2]` (dataset `dataset`, e.g. "hnorm_sparse") must come
+/// strictly after entry k − 1 in row-major order (§1.3); `first` and `second` name the two indices.
+inline void require_row_major(std::span<const std::int64_t> idx, index_t k, const std::string& dataset, const std::string& entry,
+                              const char* first, const char* second) {
+  if (k == 0) return;
+  const std::int64_t a = idx[static_cast<std::size_t>(2 * k)], b = idx[static_cast<std::size_t>(2 * k + 1)];
+  const std::int64_t pa = idx[static_cast<std::size_t>(2 * k - 2)], pb = idx[static_cast<std::size_t>(2 * k - 1)];
+  if (a == pa && b == pb)
+    throw model_error(dataset + "/indices: " + entry + " duplicates the entry before it; each (" + first + ", " + second +
+                      ") may appear once, so merge the two when writing the file");
+  if (a < pa || (a == pa && b < pb))
+    throw model_error(dataset + "/indices: " + entry + " comes after (" + first + " " + std::to_string(pa) + ", " + second + " " +
+                      std::to_string(pb) + "); entries must be sorted row-major by (" + first + ", " + second +
+                      ") as rabbit writes them (§1.3)");
+}
+
 inline void require_shape(index_t nbins_full, index_t nprocs, index_t ncoef, const char* where) {
   if (nbins_full < 0 || nprocs < 0 || ncoef < 0)
     throw model_error(std::string(where) + ": dense shape (nbins_full " + std::to_string(nbins_full) + ", nprocs " +
@@ -130,18 +146,7 @@ inline SparseTemplates SparseTemplates::from_coo(index_t nbins_full, index_t npr
     if (b < 0 || b >= nbins_full || p < 0 || p >= nprocs)
       throw model_error("hnorm_sparse/indices: " + entry() + " is outside the dense shape " + shape(nbins_full, nprocs) +
                         "; the indices and the dense_shape attribute disagree (a corrupt or mismatched file)");
-    if (k > 0) {
-      const std::int64_t pb = norm_indices[static_cast<std::size_t>(2 * k - 2)], pp = norm_indices[static_cast<std::size_t>(2 * k - 1)];
-      if (b == pb && p == pp)
-        throw model_error("hnorm_sparse/indices: " + entry() +
-                          " duplicates the entry before it; each (bin, process) cell may appear once, so merge the two yields when "
-                          "writing the file");
-      if (b < pb || (b == pb && p < pp))
-        throw model_error("hnorm_sparse/indices: " + entry() + " comes after (bin " + std::to_string(pb) + ", process " +
-                          std::to_string(pp) +
-                          "); entries must be sorted row-major by (bin, process) as rabbit writes them (§1.3); sort them and "
-                          "renumber hlogk_sparse's cell indices to match");
-    }
+    detail::sparse::require_row_major(norm_indices, k, "hnorm_sparse", entry(), "bin", "process");
     const double v = norm_values[static_cast<std::size_t>(k)];
     if (!std::isfinite(v))
       throw model_error("hnorm_sparse/values: " + entry() + " is " + number(v) + "; nominal yields must be finite, fix the input histogram");
@@ -169,16 +174,7 @@ inline SparseTemplates SparseTemplates::from_coo(index_t nbins_full, index_t npr
     if (c < 0 || c >= ncoef)
       throw model_error("hlogk_sparse/indices: " + entry() + " is outside the dense shape " + shape(nnz_norm, ncoef) +
                         " (ncoef = nsyst, or 2·nsyst when asymmetric); the indices and the dense_shape attribute disagree");
-    if (k > 0) {
-      const std::int64_t pi = logk_indices[static_cast<std::size_t>(2 * k - 2)], pc = logk_indices[static_cast<std::size_t>(2 * k - 1)];
-      if (i == pi && c == pc)
-        throw model_error("hlogk_sparse/indices: " + entry() +
-                          " duplicates the entry before it; each (cell, coefficient) may appear once, so merge them when writing "
-                          "the file");
-      if (i < pi || (i == pi && c < pc))
-        throw model_error("hlogk_sparse/indices: " + entry() + " comes after (cell " + std::to_string(pi) + ", coefficient " +
-                          std::to_string(pc) + "); entries must be sorted row-major by (cell, coefficient) as rabbit writes them (§1.3)");
-    }
+    detail::sparse::require_row_major(logk_indices, k, "hlogk_sparse", entry(), "cell", "coefficient");
     const double v = logk_values[static_cast<std::size_t>(k)];
     if (!std::isfinite(v))
       throw model_error("hlogk_sparse/values: " + entry() + " is " + number(v) + "; variations must be finite, check the up/down histograms");
