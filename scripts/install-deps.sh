@@ -10,6 +10,9 @@ packages=(
   catch2            # Catch2 v2: the test framework
   libbenchmark-dev  # Google Benchmark: speed targets
   nlohmann-json3-dev  # JSON: reference data in tests, results files
+  libhdf5-dev       # HDF5 C library: rabbit input tensors and results files
+  libcli11-dev      # CLI11: the fitlib-fit command line
+  hdf5-filter-plugin-blosc-serial  # Blosc v1 filter (32001) of rabbit's meta pickle
 )
 
 missing=()

@@ -45,6 +45,12 @@ struct Systematic {
   std::string name;
 };
 
+/// A named set of systematics, for grouped impacts (rabbit's hsystgroups/hsystgroupidxs, §1.1).
+struct SystematicGroup {
+  std::string name;
+  std::vector<index_t> members;  ///< indices into `Model::systematics`
+};
+
 /// An external likelihood term gᵀx_J + ½·x_Jᵀ·M·x_J on named parameters (rabbit-likelihood-and-format.md
 /// §1.6, §3.5), e.g. a prefit Hessian from another measurement. M is symmetric and stored as its
 /// non-zero entries (row, column, value) over the term's own parameter order, both triangles
@@ -113,6 +119,11 @@ struct Model {
   /// both empty or `[npoi]` each, weight 0 = no prior.
   std::vector<double> poi_prior_weights, poi_prior_centres;
   std::vector<ExternalTerm> external_terms;
+  /// Groups of systematics for grouped impacts; a systematic may be in several groups or in none.
+  std::vector<SystematicGroup> groups;
+  /// Nuisances of interest (rabbit's hnoiidxs): systematics reported like POIs (impacts are computed
+  /// on them too); indices into `systematics`.
+  std::vector<index_t> nois;
 
   index_t nprocs() const { return static_cast<index_t>(processes.size()); }
   index_t nsyst() const { return static_cast<index_t>(systematics.size()); }
@@ -330,6 +341,15 @@ inline void Model::validate() const {
                           std::to_string(c) + "; use a finite weight ≥ 0 and a finite centre");
     }
   }
+  detail::require_unique_names(groups, "systematic group");
+  for (const auto& g : groups)
+    for (index_t s : g.members)
+      if (s < 0 || s >= ns)
+        throw model_error("systematic group '" + g.name + "' lists systematic index " + std::to_string(s) + ", outside [0, " +
+                          std::to_string(ns) + ")");
+  for (index_t s : nois)
+    if (s < 0 || s >= ns)
+      throw model_error("nuisance of interest index " + std::to_string(s) + " is outside the " + std::to_string(ns) + " systematics");
   const auto names = parameter_names();
   std::set<std::string> term_names;
   for (const auto& t : external_terms) {

@@ -1,0 +1,3 @@
+// SPDX-License-Identifier: MIT
+// fitlib-fit: placeholder until the command line lands.
+int main() { return 0; }
