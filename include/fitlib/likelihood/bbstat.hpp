@@ -252,7 +252,7 @@ inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm ter
     for (index_t p = 0; p < P; ++p) {
       const double bp = fx[p] ? b0[p] : b0[p] - d1 * s[p];
       if (beta) beta[p] = bp;
-      nt += fx[p] ? 0.0 : s[p] * bp;
+      nt += s[p] * bp;  // fixed cells: s = 0 under the betamask, or β held by fix_bin_by_bin
       lb += 0.5 * (bp - b0[p]) * (bp - b0[p]);
     }
     const BinTerm t = data_term(term, nt, n, aux);
@@ -300,6 +300,32 @@ inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm ter
   }
   const double q = 1 + t.d2 * gam;
   return {t.nll + lb, t.d2 / q, -t.w * t.d2 / q, t.d2 * t.w * t.w / q};
+}
+
+/// How β̂ of lite data bin `i` follows its cell yields: dβ̂ = Σ_p r_p·dm_p, by the implicit function
+/// theorem on ∂G/∂β = 0 with G the bin's joint term (§3.4): r_p = −G_βm_p / G_ββ. Writes r (P
+/// entries; zero where β is fixed) and returns the constraint's curvature ∂²L_β/∂β² at β̂ (0 where
+/// fixed), the weight of β₀ as a global observable (§5.2). Separable data terms only.
+inline double lite_beta_slope(const BinByBinStats& st, index_t i, DataTerm term, double n, double aux, const double* m, index_t P,
+                              double beta, double* r) {
+  std::fill_n(r, P, 0.0);
+  const auto at = static_cast<std::size_t>(i);
+  if (!st.enabled || st.fixed[at]) return 0;
+  double nu = 0;
+  for (index_t p = 0; p < P; ++p) nu += m[p];
+  if (!st.multiplicative()) {  // ∂G/∂β = D'(ν + sβ)·s + β − β₀
+    const double s = st.sigma[at], d2 = data_term(term, nu + s * beta, n, aux).d2;
+    for (index_t p = 0; p < P; ++p) r[p] = -d2 * s / (d2 * s * s + 1);
+    return 1;
+  }
+  // ∂G/∂β = D'(βA + Z)·A + L_β'(β), A the active cells' yield.
+  const unsigned char* act = st.active.data() + i * P;
+  double A = 0, Z = 0;
+  for (index_t p = 0; p < P; ++p) (act[p] ? A : Z) += m[p];
+  const BinTerm t = data_term(term, beta * A + Z, n, aux);
+  const double l2 = beta_term(st.type, beta, st.kstat[at], st.beta0[at]).d2, gbb = t.d2 * A * A + l2;
+  for (index_t p = 0; p < P; ++p) r[p] = -(t.d2 * (act[p] ? beta : 1.0) * A + t.w * act[p]) / gbb;
+  return l2;
 }
 
 /// The covariance data term couples the bins (§3.1, §3.4). Profiling Gaussian β there is a

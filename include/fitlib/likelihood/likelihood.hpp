@@ -211,6 +211,59 @@ class Likelihood {
     return nu;
   }
 
+  /// Bin-by-bin parameters per data bin: 1 (lite) or nprocs (full); 0 without bin-by-bin statistics.
+  index_t bin_by_bin_per_bin() const {
+    const BinByBinStats st = BinByBinStats::build(*model_, {0, 0}, opts_.bin_by_bin, opts_.data_term);
+    return st.enabled ? st.per_bin() : 0;
+  }
+
+  /// The profiled bin-by-bin parameters β̂ at x (rabbit's postfit β, §2.5, §3.4): `[nbins × per_bin]`
+  /// row-major (see bin_by_bin_per_bin), β₀ where β is fixed; empty without bin-by-bin statistics.
+  std::vector<double> bin_by_bin_parameters(std::span<const double> x) {
+    const index_t per = bin_by_bin_per_bin();
+    if (per == 0) return {};
+    const auto xv = column(x);
+    const bool coupled = opts_.data_term == DataTerm::covariance;
+    if (coupled) solve_coupled(xv, {}, {});
+    std::vector<double> beta(static_cast<std::size_t>(model_->nbins() * per));
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      const index_t b0 = data_offset(k);
+      shards_[k].bin_by_bin_parameters(xv, std::span(beta).subspan(static_cast<std::size_t>(b0 * per), static_cast<std::size_t>(shards_[k].ndata() * per)),
+                                       coupled ? data_rows(y_, b0, k) : ConstBlockView<double>{});
+    }
+    return beta;
+  }
+
+  /// Σ_b L_β''(β̂_b)·(dβ̂_b/dx·v_k)² for each column v_k of `v` (`[n × nv]`): the variance that the
+  /// bin-by-bin β₀ (as global observables, §5.2) give a target whose covariance column is v_k.
+  /// Lite mode with a separable data term; zeros without bin-by-bin statistics.
+  std::vector<double> bin_by_bin_variance(std::span<const double> x, ConstBlockView<double> v) {
+    std::vector<double> var(static_cast<std::size_t>(v.cols), 0.0);
+    if (bin_by_bin_per_bin() == 0) return var;
+    if (opts_.data_term == DataTerm::covariance)
+      throw usage_error("the bin-by-bin part of global impacts needs a separable data term (Poisson or χ²), not the covariance term");
+    require(v.rows == nparams_, "direction block", nparams_, v.cols, v);
+    for (auto& s : shards_) s.bin_by_bin_variance(column(x), v, var);
+    return var;
+  }
+
+  /// Holds β at `beta` (as bin_by_bin_parameters returns it) instead of profiling it, until called
+  /// with an empty span; values and derivatives are then those at fixed β. Not for the covariance
+  /// term, where β is marginalised in closed form.
+  void fix_bin_by_bin(std::span<const double> beta) {
+    const index_t per = bin_by_bin_per_bin();
+    if (per == 0) return;
+    if (opts_.data_term == DataTerm::covariance)
+      throw usage_error("fix_bin_by_bin: the covariance data term marginalises β in closed form; β cannot be held fixed there");
+    if (!beta.empty() && static_cast<index_t>(beta.size()) != model_->nbins() * per)
+      throw usage_error("fix_bin_by_bin needs " + std::to_string(model_->nbins() * per) + " values (as bin_by_bin_parameters returns), got " +
+                        std::to_string(beta.size()));
+    for (std::size_t k = 0; k < shards_.size(); ++k)
+      shards_[k].fix_bin_by_bin(beta.empty() ? beta
+                                             : beta.subspan(static_cast<std::size_t>(data_offset(k) * per),
+                                                            static_cast<std::size_t>(shards_[k].ndata() * per)));
+  }
+
  private:
   struct Partials {
     std::vector<double> nll, grad, hvp, hess;

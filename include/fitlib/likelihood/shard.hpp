@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -193,6 +194,76 @@ class Shard<Policy, Storage> {
     }
 
     write_partials(rq.v, nx, nu, rq.grad, rq.hvp, rq.accumulate);
+  }
+
+  /// β̂ of the shard's data bins at column 0 of `x`: `[ndata × per_bin]` row-major into `beta`
+  /// (per_bin = 1 in lite mode, nprocs in full mode; β₀ where β is fixed). For the covariance term
+  /// `coupled_y` carries y per data bin (see PartialRequest).
+  void bin_by_bin_parameters(ConstBlockView<double> x, std::span<double> beta, ConstBlockView<double> coupled_y = {}) {
+    const index_t P = nprocs_, per = bb_.per_bin();
+    if (static_cast<index_t>(beta.size()) != ndata_ * per)
+      throw usage_error("bin_by_bin_parameters needs " + std::to_string(ndata_ * per) + " entries for this shard");
+    prepare_columns(x.block_cols(0, 1), {});
+    double* L = cell_L_.data();
+    for (index_t i = 0; i < ndata_; ++i) {
+      tpl_.forward(i, coef_.data(), 1, L, true);
+      cell_yields(i, 0, L, cells_.data());
+      double* b = beta.data() + i * per;
+      if (!coupled_y.empty())
+        detail::coupled_bin(bb_, i, m_.data(), P, coupled_y(i, 0), g_.data(), delta_.data(), u1_.data(), u2_.data(), b);
+      else
+        detail::profile_bin(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)], m_.data(), P,
+                            g_.data(), delta_.data(), u1_.data(), u2_.data(), b);
+    }
+  }
+
+  /// The bin-by-bin part of the global impacts (rabbit-likelihood-and-format.md §5.2), lite mode:
+  /// for each direction v_k (a column of the covariance), Σ_b L_β''(β̂_b)·(dβ̂_b/dx·v_k)² over the
+  /// shard's data bins, added to `var[k]`. dβ̂/dx·v = r_b·(J_b·v) with r from lite_beta_slope.
+  void bin_by_bin_variance(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> var) {
+    const index_t P = nprocs_, nv = v.cols;
+    if (!bb_.enabled) return;
+    if (bb_.mode != BinByBinMode::lite) throw usage_error("the bin-by-bin part of global impacts is implemented for lite mode only");
+    prepare_columns(x.block_cols(0, 1), v);
+    double* L = cell_L_.data();
+    detail::CellYield* cy = cells_.data();
+    std::vector<double> r(static_cast<std::size_t>(P));
+    for (index_t i = 0; i < ndata_; ++i) {
+      const index_t nc = tpl_.cells(i);
+      tpl_.forward(i, coef_.data(), 1 + nv, L, true);
+      cell_yields(i, 0, L, cy);
+      double beta = 0;
+      detail::profile_bin(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)], m_.data(), P, g_.data(),
+                          delta_.data(), u1_.data(), u2_.data(), &beta);
+      const double w = detail::lite_beta_slope(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)],
+                                               m_.data(), P, beta, r.data());
+      if (w == 0) continue;
+      for (index_t k = 0; k < nv; ++k) {
+        double db = 0;
+        for (index_t c = 0; c < nc; ++c) {
+          const index_t p = tpl_.process(i, c), q = poi_of_process_[static_cast<std::size_t>(p)];
+          db += r[static_cast<std::size_t>(p)] * (cy[c].d_mu * (q >= 0 ? v(q, k) : 0.0) + cy[c].d_L * L[c + (1 + k) * P]);
+        }
+        var[static_cast<std::size_t>(k)] += w * db * db;
+      }
+    }
+  }
+
+  /// Holds every β of the shard's data bins at `beta` (`[ndata × per_bin]`, as bin_by_bin_parameters
+  /// writes it) instead of profiling it, so derivatives are those at fixed β (the stat-only
+  /// uncertainty without template statistics, rabbit-likelihood-and-format.md §5.1); an empty span
+  /// restores the profiling.
+  void fix_bin_by_bin(std::span<const double> beta) {
+    if (!profiled_bb_) profiled_bb_ = bb_;
+    if (beta.empty()) {
+      bb_ = *profiled_bb_;
+      return;
+    }
+    if (static_cast<index_t>(beta.size()) != ndata_ * bb_.per_bin())
+      throw usage_error("fix_bin_by_bin needs " + std::to_string(ndata_ * bb_.per_bin()) + " entries for this shard");
+    if (!bb_.enabled) return;
+    bb_.beta0.assign(beta.begin(), beta.end());
+    std::fill(bb_.fixed.begin(), bb_.fixed.end(), 1);
   }
 
   /// Data-term dense Hessian of column `j` of `x` into `hess` (`[nparams × nparams]`), as GEMMs
@@ -460,6 +531,7 @@ class Shard<Policy, Storage> {
   std::vector<double> data_, aux_, r0_;  // aux: ln n (Poisson) or 1/σ² (χ²) per bin
   std::vector<index_t> poi_of_process_;
   BinByBinStats bb_, exact_;  // exact_: no β, for the observables
+  std::optional<BinByBinStats> profiled_bb_;  // bb_ as built, while fix_bin_by_bin holds β
   // Workspaces, sized on first use and reused; per column: the bin's ∂F/∂m and its curvature.
   std::vector<double> coef_, acc_, poi_acc_, dg_, d2g_, cell_L_, cell_U_, g_, delta_, u1_, u2_, m_;
   std::vector<detail::BinCurvature> curv_;

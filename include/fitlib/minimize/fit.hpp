@@ -63,6 +63,7 @@ struct FitResult {
   std::vector<double> x0;             ///< the starting point
   std::vector<double> uncertainties;  ///< √diag(covariance); 0 for frozen parameters, NaN if unavailable
   std::vector<double> covariance;     ///< `[n × n]` column-major; zero rows/columns for frozen parameters
+  std::vector<double> hessian;        ///< `[n × n]` at the minimum, all parameters; empty without covariance
   std::vector<double> gradient;       ///< at the minimum
   std::vector<bool> frozen;
   double nll = std::numeric_limits<double>::quiet_NaN();
@@ -280,6 +281,7 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
       r.uncertainties[static_cast<std::size_t>(jc)] = var >= 0 ? std::sqrt(var) : std::numeric_limits<double>::quiet_NaN();
     }
     r.edm = edm;
+    r.hessian = std::move(H);
   } else {
     r.gradient.resize(static_cast<std::size_t>(n));
     f.value_grad(ConstBlockView<double>(r.x.data(), n, 1), std::span(&r.nll, 1), BlockView<double>(r.gradient.data(), n, 1));

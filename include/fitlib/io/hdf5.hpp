@@ -1,0 +1,993 @@
+// SPDX-License-Identifier: MIT
+// A small RAII layer over the HDF5 C API: typed reads with shape checks, filter diagnostics, N-D writes.
+#pragma once
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+#include "fitlib/core/error.hpp"
+
+namespace fitlib::io {
+
+/// A file that cannot be read or written as expected: missing, not HDF5, truncated, a dataset that is
+/// absent, mis-typed, mis-shaped or compressed with a filter this HDF5 cannot decode. The message names
+/// the file and the dataset or attribute and says what to do.
+class file_error : public error {
+ public:
+  using error::error;
+};
+
+/// The HDF5 layer: handles that close themselves, reads that check types and shapes, writes of N-D arrays.
+/// Every entry point silences HDF5's own error printing while it runs and turns failures into `file_error`.
+namespace hdf5 {
+
+/// Turns off HDF5's automatic error printing for the lifetime of the object (restoring what was set before),
+/// so that a failed call is reported once, as a `file_error`, instead of as a stack dump on stderr.
+class ErrorSilencer {
+ public:
+  ErrorSilencer() noexcept {
+    if (H5Eget_auto2(H5E_DEFAULT, &func_, &data_) >= 0) saved_ = H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0;
+  }
+  ~ErrorSilencer() {
+    if (saved_) H5Eset_auto2(H5E_DEFAULT, func_, data_);
+  }
+  ErrorSilencer(const ErrorSilencer&) = delete;
+  ErrorSilencer& operator=(const ErrorSilencer&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+  bool saved_ = false;
+};
+
+/// An owned HDF5 identifier (file, group, dataset, attribute, dataspace, datatype, property list), closed
+/// by the matching H5*close in the destructor. Move-only.
+class Handle {
+ public:
+  using closer = herr_t (*)(hid_t);
+  Handle() noexcept = default;
+  /// Takes ownership of `id` (may be negative = no object), to be released with `close`.
+  Handle(hid_t id, closer close) noexcept : id_(id), close_(close) {}
+  Handle(Handle&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), close_(o.close_) {}
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() { reset(); }
+
+  /// Closes the object now (if any).
+  void reset() noexcept {
+    if (id_ >= 0 && close_ != nullptr) {
+      const ErrorSilencer quiet;
+      close_(id_);
+    }
+    id_ = H5I_INVALID_HID;
+  }
+  /// The raw identifier, for HDF5 C calls.
+  hid_t get() const noexcept { return id_; }
+  /// Whether an object is held.
+  explicit operator bool() const noexcept { return id_ >= 0; }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  closer close_ = nullptr;
+};
+
+/// Limits that protect a reader from files that declare more data than they could hold.
+struct FileOptions {
+  /// Largest array (in bytes, after conversion to double or int64) one read may allocate; 0 = the machine's
+  /// physical memory. Datasets are chunked and unwritten chunks read as zeros, so a small corrupt file can
+  /// declare terabytes; this turns such a declaration into a `file_error` instead of an allocation failure.
+  std::size_t max_read_bytes = 0;
+};
+
+/// A read array: its values in row-major order and its logical shape (empty shape = a scalar).
+template <class T>
+struct Array {
+  std::vector<T> values;
+  std::vector<std::size_t> shape;
+  /// Number of values (the product of `shape`).
+  std::size_t size() const { return values.size(); }
+};
+
+namespace detail {
+
+/// What a `Location` knows about its file, shared by every object opened from it.
+struct FileInfo {
+  std::string name;  ///< the path (or the image's name), for messages
+  std::size_t max_read_bytes = 0;
+};
+
+inline std::size_t physical_memory() {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGE_SIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
+#endif
+  return std::size_t{1} << 40;
+}
+
+/// The innermost (most specific) messages on HDF5's error stack, then clears it.
+inline std::string stack_message() {
+  std::vector<std::string> lines;
+  const auto walk = [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+    if (e != nullptr && e->desc != nullptr && e->desc[0] != '\0') static_cast<std::vector<std::string>*>(out)->emplace_back(e->desc);
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &lines);
+  H5Eclear2(H5E_DEFAULT);
+  std::string msg;
+  for (std::size_t i = 0; i < lines.size() && i < 2; ++i) msg += (i ? "; " : "") + lines[i];
+  return msg.empty() ? std::string("no further detail from HDF5") : msg;
+}
+
+inline std::string join_path(const std::string& base, const std::string& name) {
+  if (name.empty()) return base;
+  if (name.front() == '/') return name;
+  if (base.empty() || base == "/") return name;
+  return base + "/" + name;
+}
+
+inline std::string shape_string(const std::vector<std::size_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+inline const char* class_name(H5T_class_t c) {
+  switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "floating point";
+    case H5T_TIME: return "time";
+    case H5T_STRING: return "string";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_COMPOUND: return "compound";
+    case H5T_REFERENCE: return "reference";
+    case H5T_ENUM: return "enum";
+    case H5T_VLEN: return "variable-length sequence";
+    case H5T_ARRAY: return "array";
+    default: return "unknown";
+  }
+}
+
+/// The name of a well-known HDF5 filter id, or "" if it is not one fitlib knows.
+inline const char* filter_name(H5Z_filter_t id) {
+  switch (id) {
+    case 1: return "deflate (gzip)";
+    case 2: return "shuffle";
+    case 3: return "Fletcher32 checksum";
+    case 4: return "szip";
+    case 5: return "N-bit";
+    case 6: return "scale-offset";
+    case 307: return "bzip2";
+    case 32001: return "Blosc";
+    case 32004: return "LZ4";
+    case 32008: return "bitshuffle";
+    case 32013: return "zfp";
+    case 32015: return "Zstd";
+    case 32017: return "SZ";
+    case 32026: return "Blosc2";
+    default: return "";
+  }
+}
+
+inline void close_nothing_check(bool ok, const std::string& what) {
+  if (!ok) throw file_error(what + ": " + stack_message());
+}
+
+/// Number of elements of a dataspace and its dimensions (scalar: no dims, 1 element; null: no elements).
+inline std::pair<std::size_t, std::vector<std::size_t>> extent(hid_t space, const std::string& what) {
+  const H5S_class_t cls = H5Sget_simple_extent_type(space);
+  if (cls == H5S_SCALAR) return {1, {}};
+  if (cls == H5S_NULL) return {0, {0}};
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (cls != H5S_SIMPLE || rank < 0 || rank > H5S_MAX_RANK) throw file_error(what + " has an unreadable dataspace: " + stack_message());
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (rank > 0 && H5Sget_simple_extent_dims(space, dims.data(), nullptr) < 0)
+    throw file_error(what + " has an unreadable dataspace: " + stack_message());
+  std::vector<std::size_t> shape;
+  std::size_t n = 1;
+  for (hsize_t d : dims) {
+    if (d > std::numeric_limits<std::size_t>::max() || (d != 0 && n > std::numeric_limits<std::size_t>::max() / d))
+      throw file_error(what + " declares more elements than can be addressed; the file is corrupt");
+    shape.push_back(static_cast<std::size_t>(d));
+    n *= static_cast<std::size_t>(d);
+  }
+  return {n, shape};
+}
+
+template <class T>
+hid_t native_type() {
+  if constexpr (std::is_same_v<T, double>)
+    return H5T_NATIVE_DOUBLE;
+  else
+    return H5T_NATIVE_INT64;
+}
+
+/// A unique name for an in-memory file image (HDF5 identifies open files by name).
+inline std::string image_name(const std::string& name) {
+  static std::atomic<unsigned long long> counter{0};
+  return name + "#image" + std::to_string(counter.fetch_add(1));
+}
+
+}  // namespace detail
+
+/// An open file, group or dataset: something with attributes and, for files and groups, children. Carries
+/// the file's name and its path inside the file, so every error can name both. Move-only.
+class Location {
+ public:
+  Location() = default;
+  /// The raw identifier, for HDF5 C calls.
+  hid_t id() const noexcept { return handle_.get(); }
+  /// Whether an object is open.
+  explicit operator bool() const noexcept { return static_cast<bool>(handle_); }
+  /// The file's path (or the in-memory image's name).
+  const std::string& file_name() const { return info_->name; }
+  /// This object's path inside the file ("/" for the root group).
+  const std::string& path() const { return path_; }
+  /// The path of a child, relative to the root, as used in messages ("hnorm_sparse/values").
+  std::string child_path(const std::string& name) const {
+    std::string p = detail::join_path(path_, name);
+    return p.size() > 1 && p.front() == '/' ? p.substr(1) : p;
+  }
+  /// "dataset 'x' in file 'f'" for messages (`kind` = dataset, group, attribute...).
+  std::string describe(const std::string& kind, const std::string& name) const {
+    return kind + " '" + child_path(name) + "' in '" + file_name() + "'";
+  }
+  /// The read limits of the file this object belongs to.
+  std::size_t max_read_bytes() const { return info_->max_read_bytes; }
+
+ protected:
+  friend Location open(const Location&, const std::string&);
+  friend Location create_group(const Location&, const std::string&);
+  template <class T>
+  friend Location write(const Location&, const std::string&, std::span<const T>, std::vector<std::size_t>);
+  friend Location write_strings(const Location&, const std::string&, const std::vector<std::string>&);
+  friend Location write_ragged(const Location&, const std::string&, const std::vector<std::vector<std::int64_t>>&);
+  Location(Handle h, std::shared_ptr<const detail::FileInfo> info, std::string path)
+      : handle_(std::move(h)), info_(std::move(info)), path_(std::move(path)) {}
+
+  Handle handle_;
+  std::shared_ptr<const detail::FileInfo> info_ = std::make_shared<detail::FileInfo>();
+  std::string path_ = "/";
+};
+
+/// How `File::open` opens a file.
+enum class Access {
+  read_only,   ///< reading (the default)
+  read_write,  ///< modifying an existing file
+};
+
+/// An open HDF5 file; as a `Location` it is the root group.
+class File : public Location {
+ public:
+  File() = default;
+
+  /// Opens an existing file; throws `file_error` saying whether it is missing, unreadable, not HDF5 or truncated.
+  static File open(const std::string& path, Access access = Access::read_only, FileOptions opts = {}) {
+    namespace fs = std::filesystem;
+    const ErrorSilencer quiet;
+    std::error_code ec;
+    const auto status = fs::status(path, ec);
+    if (!fs::exists(status))
+      throw file_error("'" + path + "' does not exist; check the path (relative paths are taken from the working directory '" +
+                       fs::current_path(ec).string() + "')");
+    if (fs::is_directory(status)) throw file_error("'" + path + "' is a directory, not an HDF5 file; give the path of the file itself");
+    {
+      std::ifstream probe(path, std::ios::binary);
+      if (!probe) throw file_error("'" + path + "' cannot be opened for reading; check its permissions");
+    }
+    const auto size = fs::file_size(path, ec);
+    if (!ec && size == 0) throw file_error("'" + path + "' is empty (0 bytes), not an HDF5 file; the write or copy that made it did not finish");
+#if H5_VERSION_GE(1, 12, 0)
+    const htri_t is_hdf5 = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
+#else
+    const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+#endif
+    if (is_hdf5 == 0)
+      throw file_error("'" + path + "' is not an HDF5 file (no HDF5 signature found); check that the path names an HDF5 file, " +
+                       "e.g. a tensor written by rabbit's TensorWriter");
+    Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    Handle f(H5Fopen(path.c_str(), access == Access::read_write ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl ? fapl.get() : H5P_DEFAULT),
+             H5Fclose);
+    if (!f) {
+      const std::string why = detail::stack_message();
+      const bool truncated = why.find("truncated") != std::string::npos;
+      throw file_error("HDF5 cannot open '" + path + "' (" + why + "); " +
+                       (truncated ? std::string("the file is truncated, probably by an interrupted write or copy: copy or regenerate it")
+                                  : std::string("the file is corrupt or truncated, or (when writing) locked by another program: "
+                                                "copy or regenerate it")));
+    }
+    return File(std::move(f), path, opts);
+  }
+
+  /// Creates a file, truncating an existing one; throws `file_error` if it cannot be created.
+  static File create(const std::string& path, FileOptions opts = {}) {
+    const ErrorSilencer quiet;
+    Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!f)
+      throw file_error("cannot create HDF5 file '" + path + "' (" + detail::stack_message() +
+                       "); check that the directory exists and is writable, and that no other program has the file open");
+    return File(std::move(f), path, opts);
+  }
+
+  /// Opens an HDF5 file held in memory (read-only, no disk access: HDF5's core driver with a copy of `image`).
+  /// `name` is used in messages only.
+  static File open_image(std::span<const std::byte> image, const std::string& name, FileOptions opts = {}) {
+    const ErrorSilencer quiet;
+    if (image.empty()) throw file_error("'" + name + "' is empty (0 bytes), not an HDF5 file");
+    Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    if (!fapl || H5Pset_fapl_core(fapl.get(), 1 << 16, 0) < 0 || H5Pset_file_image(fapl.get(), const_cast<std::byte*>(image.data()), image.size()) < 0)
+      throw file_error("cannot set up an in-memory HDF5 file for '" + name + "': " + detail::stack_message());
+    Handle f(H5Fopen(detail::image_name(name).c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+    if (!f)
+      throw file_error("HDF5 cannot open '" + name + "' (" + detail::stack_message() +
+                       "); it is not an HDF5 file, or it is corrupt or truncated");
+    return File(std::move(f), name, opts);
+  }
+
+  /// Writes everything buffered to disk.
+  void flush() const {
+    const ErrorSilencer quiet;
+    if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) throw file_error("cannot flush '" + file_name() + "': " + detail::stack_message());
+  }
+
+ private:
+  File(Handle h, const std::string& name, FileOptions opts) {
+    auto info = std::make_shared<detail::FileInfo>();
+    info->name = name;
+    info->max_read_bytes = opts.max_read_bytes ? opts.max_read_bytes : detail::physical_memory();
+    handle_ = std::move(h);
+    info_ = std::move(info);
+    path_ = "/";
+  }
+};
+
+/// Whether the link `name` (a path relative to `loc`, '/'-separated) exists and resolves to an object.
+inline bool exists(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  if (name.empty() || name == "/") return true;
+  std::string prefix = name.front() == '/' ? "/" : "";
+  std::size_t pos = name.front() == '/' ? 1 : 0;
+  while (pos <= name.size()) {
+    const std::size_t next = std::min(name.find('/', pos), name.size());
+    if (next > pos) {
+      prefix += name.substr(pos, next - pos);
+      if (H5Lexists(loc.id(), prefix.c_str(), H5P_DEFAULT) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return false;
+      }
+      if (next < name.size()) prefix += "/";
+    }
+    pos = next + 1;
+  }
+  const htri_t ok = H5Oexists_by_name(loc.id(), name.c_str(), H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  return ok > 0;
+}
+
+/// Whether `loc` (file, group or dataset) has the attribute `name`.
+inline bool attribute_exists(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  const htri_t ok = H5Aexists(loc.id(), name.c_str());
+  H5Eclear2(H5E_DEFAULT);
+  return ok > 0;
+}
+
+/// Opens the group or dataset `name` below `loc`; throws `file_error` if it does not exist.
+inline Location open(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  if (!exists(loc, name))
+    throw file_error("'" + loc.file_name() + "' has no object '" + loc.child_path(name) +
+                     "'; check the name (h5ls -r lists a file's contents)");
+  Handle h(H5Oopen(loc.id(), name.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!h) throw file_error("cannot open " + loc.describe("object", name) + ": " + detail::stack_message());
+  return Location(std::move(h), loc.info_, detail::join_path(loc.path(), name));
+}
+
+/// Names of the links directly below the group `loc`, in name order.
+inline std::vector<std::string> children(const Location& loc) {
+  const ErrorSilencer quiet;
+  H5G_info_t info;
+  if (H5Gget_info(loc.id(), &info) < 0)
+    throw file_error("cannot list '" + loc.path() + "' in '" + loc.file_name() + "' (is it a group?): " + detail::stack_message());
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t n = H5Lget_name_by_idx(loc.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (n < 0) throw file_error("cannot list '" + loc.path() + "' in '" + loc.file_name() + "': " + detail::stack_message());
+    std::string name(static_cast<std::size_t>(n) + 1, '\0');
+    if (H5Lget_name_by_idx(loc.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT) < 0)
+      throw file_error("cannot list '" + loc.path() + "' in '" + loc.file_name() + "': " + detail::stack_message());
+    name.resize(static_cast<std::size_t>(n));
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+/// The directories HDF5 searches for filter plugins, in order (initialised from HDF5_PLUGIN_PATH or the
+/// library's default when HDF5 starts).
+inline std::vector<std::string> plugin_search_path() {
+  const ErrorSilencer quiet;
+  unsigned n = 0;
+  std::vector<std::string> dirs;
+  if (H5PLsize(&n) < 0) return dirs;
+  for (unsigned i = 0; i < n; ++i) {
+    const ssize_t len = H5PLget(i, nullptr, 0);
+    if (len < 0) continue;
+    std::string dir(static_cast<std::size_t>(len) + 1, '\0');
+    if (H5PLget(i, dir.data(), dir.size()) < 0) continue;
+    dir.resize(static_cast<std::size_t>(len));
+    dirs.push_back(std::move(dir));
+  }
+  return dirs;
+}
+
+/// Replaces the directories HDF5 searches for filter plugins. Unlike setting HDF5_PLUGIN_PATH, this works
+/// after HDF5 has started (it reads the variable once). A plugin already loaded stays loaded.
+inline void set_plugin_search_path(const std::vector<std::string>& dirs) {
+  const ErrorSilencer quiet;
+  unsigned n = 0;
+  if (H5PLsize(&n) < 0) throw file_error("cannot query HDF5's plugin search path: " + detail::stack_message());
+  for (; n > 0; --n)
+    if (H5PLremove(0) < 0) throw file_error("cannot change HDF5's plugin search path: " + detail::stack_message());
+  for (const auto& d : dirs)
+    if (H5PLappend(d.c_str()) < 0) throw file_error("cannot add '" + d + "' to HDF5's plugin search path: " + detail::stack_message());
+}
+
+namespace detail {
+
+/// Opens the dataset `name` below `loc`, with messages for a missing link or a non-dataset object.
+inline Handle open_dataset(const Location& loc, const std::string& name) {
+  if (!exists(loc, name))
+    throw file_error("'" + loc.file_name() + "' has no dataset '" + loc.child_path(name) +
+                     "'; check the name (h5ls -r lists a file's contents)");
+  Handle obj(H5Oopen(loc.id(), name.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!obj) throw file_error("cannot open " + loc.describe("object", name) + ": " + stack_message());
+  if (H5Iget_type(obj.get()) != H5I_DATASET)
+    throw file_error(loc.describe("object", name) + " is a " + (H5Iget_type(obj.get()) == H5I_GROUP ? "group" : "named datatype") +
+                     ", not a dataset; the file's layout is not the expected one");
+  obj.reset();
+  Handle ds(H5Dopen2(loc.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds) throw file_error("cannot open " + loc.describe("dataset", name) + ": " + stack_message());
+  return ds;
+}
+
+/// The filters of a dataset's pipeline that this HDF5 cannot apply (HDF5 tries its plugin path when asked),
+/// as a `file_error` message, or "" when every required filter is available.
+inline std::string missing_filters(const Location& loc, const std::string& name, hid_t ds) {
+  Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+  if (!dcpl) return "";
+  const int nfilters = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < nfilters; ++i) {
+    unsigned flags = 0, config = 0;
+    std::size_t ncd = 16;
+    unsigned cd[16] = {};
+    char stored_name[257] = {};
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, sizeof stored_name - 1, stored_name, &config);
+    if (id < 0) continue;
+    if ((flags & H5Z_FLAG_OPTIONAL) != 0) continue;
+    if (H5Zfilter_avail(id) > 0) continue;
+    H5Eclear2(H5E_DEFAULT);
+    std::string fname = filter_name(id);
+    if (fname.empty()) fname = stored_name[0] != '\0' ? std::string(stored_name) : std::string("unknown filter");
+    std::string searched;
+    for (const auto& d : plugin_search_path()) searched += (searched.empty() ? "" : ", ") + d;
+    std::string msg = loc.describe("dataset", name) + " is compressed with HDF5 filter " + std::to_string(id) + " (" + fname +
+                      "), which this HDF5 library cannot decode: no plugin for it was found (searched: " +
+                      (searched.empty() ? std::string("nothing") : searched) +
+                      "). Install an HDF5 filter plugin and point HDF5_PLUGIN_PATH at its directory, e.g. `pip install hdf5plugin` and "
+                      "HDF5_PLUGIN_PATH=$(python3 -c 'import hdf5plugin; print(hdf5plugin.PLUGINS_PATH)')";
+    if (id == 32001) msg += "; on Debian, the package hdf5-filter-plugin-blosc-serial also provides the Blosc filter";
+    return msg;
+  }
+  return "";
+}
+
+/// Reads the whole dataset into `buf` with memory type `mem`; on failure names the dataset, with the filter
+/// diagnosis when a compression filter is what failed.
+inline void read_all(const Location& loc, const std::string& name, hid_t ds, hid_t mem, void* buf) {
+  if (H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0) return;
+  const std::string why = stack_message();
+  // HDF5 loads plugins only when a filter is first needed; look again now that the read has tried.
+  if (const std::string missing = missing_filters(loc, name, ds); !missing.empty()) throw file_error(missing);
+  throw file_error("cannot read " + loc.describe("dataset", name) + " (" + why +
+                   "); the file is corrupt or truncated: copy or regenerate it");
+}
+
+/// Throws unless `count` elements of `elem` bytes fit the file's read limit.
+inline void require_fits(const Location& loc, const std::string& what, std::size_t count, std::size_t elem) {
+  if (count > loc.max_read_bytes() / elem)
+    throw file_error(what + " declares " + std::to_string(count) + " elements (" + std::to_string(count) + " × " + std::to_string(elem) +
+                     " bytes), more than the read limit of " + std::to_string(loc.max_read_bytes()) +
+                     " bytes; the file is corrupt, or raise FileOptions::max_read_bytes");
+}
+
+/// Allocates `n` values, turning an allocation failure into a `file_error` naming `what`.
+template <class T>
+std::vector<T> allocate(std::size_t n, const std::string& what) {
+  try {
+    return std::vector<T>(n);
+  } catch (const std::bad_alloc&) {
+    throw file_error("not enough memory to read " + what + " (" + std::to_string(n) + " elements)");
+  } catch (const std::length_error&) {
+    throw file_error("not enough memory to read " + what + " (" + std::to_string(n) + " elements)");
+  }
+}
+
+/// Reads an integer attribute array of an open object (`owner` names it in messages).
+inline std::vector<std::int64_t> read_int64_attribute(hid_t obj, const std::string& attr, const std::string& owner, std::size_t limit) {
+  Handle a(H5Aopen(obj, attr.c_str(), H5P_DEFAULT), H5Aclose);
+  if (!a) throw file_error(owner + " has no attribute '" + attr + "': " + stack_message());
+  Handle type(H5Aget_type(a.get()), H5Tclose);
+  const H5T_class_t cls = type ? H5Tget_class(type.get()) : H5T_NO_CLASS;
+  if (cls != H5T_INTEGER)
+    throw file_error("attribute '" + attr + "' of " + owner + " holds " + class_name(cls) +
+                     " values, expected integers; the file is corrupt or was not written by the expected program");
+  Handle space(H5Aget_space(a.get()), H5Sclose);
+  if (!space) throw file_error("attribute '" + attr + "' of " + owner + " has no readable dataspace: " + stack_message());
+  const auto [n, dims] = extent(space.get(), "attribute '" + attr + "' of " + owner);
+  if (n > limit / sizeof(std::int64_t))
+    throw file_error("attribute '" + attr + "' of " + owner + " declares " + std::to_string(n) + " elements; the file is corrupt");
+  std::vector<std::int64_t> v(n);
+  if (n > 0 && H5Aread(a.get(), H5T_NATIVE_INT64, v.data()) < 0)
+    throw file_error("cannot read attribute '" + attr + "' of " + owner + ": " + stack_message());
+  return v;
+}
+
+/// The logical shape of a dataset: its `original_shape` attribute (rabbit stores arrays flattened) checked
+/// against the stored element count, else the dataspace's dimensions.
+inline std::vector<std::size_t> logical_shape(const Location& loc, const std::string& name, hid_t ds, std::size_t n,
+                                              std::vector<std::size_t> dims) {
+  const htri_t has = H5Aexists(ds, "original_shape");
+  if (has <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return dims;
+  }
+  const std::string owner = loc.describe("dataset", name);
+  const auto shape = read_int64_attribute(ds, "original_shape", owner, 1 << 16);
+  std::vector<std::size_t> out;
+  std::size_t product = 1;
+  bool overflow = false;
+  for (std::int64_t d : shape) {
+    if (d < 0)
+      throw file_error("attribute original_shape of " + owner + " has a negative extent " + std::to_string(d) +
+                       "; the file is corrupt: regenerate it");
+    const auto u = static_cast<std::size_t>(d);
+    if (u != 0 && product > std::numeric_limits<std::size_t>::max() / u) overflow = true;
+    product *= u;
+    out.push_back(u);
+  }
+  if (overflow || product != n)
+    throw file_error("attribute original_shape " + shape_string(out) + " of " + owner + " describes " +
+                     (overflow ? std::string("more") : std::to_string(product)) + " elements but the dataset stores " + std::to_string(n) +
+                     "; the file is corrupt or was modified: regenerate it");
+  return out;
+}
+
+/// Reads a numeric dataset converted to T (double or int64). Integers convert to double only if
+/// `accept_integers`; floating point never converts to int64.
+template <class T>
+Array<T> read_numeric(const Location& loc, const std::string& name, bool accept_integers) {
+  const ErrorSilencer quiet;
+  Handle ds = open_dataset(loc, name);
+  const std::string what = loc.describe("dataset", name);
+  Handle type(H5Dget_type(ds.get()), H5Tclose);
+  if (!type) throw file_error("cannot read the type of " + what + ": " + stack_message());
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const bool ok = std::is_same_v<T, double> ? (cls == H5T_FLOAT || (accept_integers && cls == H5T_INTEGER)) : cls == H5T_INTEGER;
+  if (!ok) {
+    const char* expected = std::is_same_v<T, double> ? (accept_integers ? "numbers" : "floating-point numbers") : "integers";
+    throw file_error(what + " holds " + class_name(cls) + " values, expected " + expected +
+                     "; the file was not written by the expected program or was modified: regenerate it");
+  }
+  Handle space(H5Dget_space(ds.get()), H5Sclose);
+  if (!space) throw file_error("cannot read the dataspace of " + what + ": " + stack_message());
+  auto [n, dims] = extent(space.get(), what);
+  require_fits(loc, what, n, sizeof(T));
+  Array<T> out;
+  out.shape = logical_shape(loc, name, ds.get(), n, std::move(dims));
+  if (n == 0) return out;
+  if (const std::string missing = missing_filters(loc, name, ds.get()); !missing.empty()) throw file_error(missing);
+  out.values = allocate<T>(n, what);
+  read_all(loc, name, ds.get(), native_type<T>(), out.values.data());
+  return out;
+}
+
+/// Frees the memory HDF5 allocated for variable-length data when it goes out of scope.
+class VlenGuard {
+ public:
+  VlenGuard(hid_t type, hid_t space, void* buf) : type_(type), space_(space), buf_(buf) {}
+  ~VlenGuard() {
+#if H5_VERSION_GE(1, 12, 0)
+    H5Treclaim(type_, space_, H5P_DEFAULT, buf_);
+#else
+    H5Dvlen_reclaim(type_, space_, H5P_DEFAULT, buf_);
+#endif
+  }
+  VlenGuard(const VlenGuard&) = delete;
+  VlenGuard& operator=(const VlenGuard&) = delete;
+
+ private:
+  hid_t type_, space_;
+  void* buf_;
+};
+
+/// Chunk dimensions of about `target` elements, filling the trailing dimensions first.
+inline std::vector<hsize_t> chunk_dims(const std::vector<hsize_t>& dims, std::size_t target) {
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  std::size_t remaining = std::max<std::size_t>(target, 1);
+  for (std::size_t i = dims.size(); i-- > 0;) {
+    chunk[i] = std::max<hsize_t>(1, std::min<hsize_t>(dims[i], remaining));
+    remaining = std::max<std::size_t>(1, remaining / static_cast<std::size_t>(chunk[i]));
+  }
+  return chunk;
+}
+
+/// A dataset creation property list: contiguous for small data, chunked with gzip level 4 above 64 KiB.
+inline Handle creation_plist(const std::vector<hsize_t>& dims, std::size_t elem_bytes) {
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  std::size_t n = 1;
+  for (hsize_t d : dims) n *= static_cast<std::size_t>(d);
+  if (!dims.empty() && n > 0 && n * elem_bytes >= (std::size_t{64} << 10)) {
+    const auto chunk = chunk_dims(dims, (std::size_t{1} << 20) / elem_bytes);
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) H5Pset_deflate(dcpl.get(), 4);
+  }
+  return dcpl;
+}
+
+/// Replaces or creates a dataset `name` below `loc` with the given type and dims, writing `buf`.
+inline Location create_and_write(const Location& loc, const std::string& name, hid_t file_type, hid_t mem_type,
+                                 const std::vector<hsize_t>& dims, std::size_t elem_bytes, const void* buf);
+
+/// Creates (replacing) the attribute `name` of `loc` with the given type and dims, writing `buf`.
+inline void put_attribute(const Location& loc, const std::string& name, hid_t type, const std::vector<hsize_t>& dims, const void* buf) {
+  const ErrorSilencer quiet;
+  const std::string what = "attribute '" + name + "' of '" + loc.path() + "' in '" + loc.file_name() + "'";
+  if (H5Aexists(loc.id(), name.c_str()) > 0 && H5Adelete(loc.id(), name.c_str()) < 0)
+    throw file_error("cannot replace " + what + ": " + stack_message());
+  Handle space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  Handle a(space ? H5Acreate2(loc.id(), name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID, H5Aclose);
+  if (!a) throw file_error("cannot create " + what + " (" + stack_message() + "); is the file open for writing?");
+  bool empty = false;
+  for (hsize_t d : dims) empty = empty || d == 0;
+  if (!empty && H5Awrite(a.get(), type, buf) < 0) throw file_error("cannot write " + what + ": " + stack_message());
+}
+
+inline Handle utf8_string_type() {
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  return t;
+}
+
+}  // namespace detail
+
+// ------------------------------------------------------------------------------------------------
+// Reading.
+
+/// A numeric dataset as doubles with its logical shape (`original_shape` if present, else the dataspace's).
+/// Floating-point data of any width convert; integer data only if `accept_integers`. Throws `file_error`
+/// naming the dataset for a missing dataset, another type class, a mis-sized `original_shape` or a filter
+/// that is not available.
+inline Array<double> read_doubles(const Location& loc, const std::string& name, bool accept_integers = false) {
+  return detail::read_numeric<double>(loc, name, accept_integers);
+}
+
+/// An integer dataset (any width or signedness) as int64 with its logical shape; floating-point data are
+/// rejected. Errors as `read_doubles`.
+inline Array<std::int64_t> read_int64s(const Location& loc, const std::string& name) {
+  return detail::read_numeric<std::int64_t>(loc, name, true);
+}
+
+/// A string dataset (variable-length or fixed-length, ASCII or UTF-8, any rank) as strings, row-major.
+inline std::vector<std::string> read_strings(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  Handle ds = detail::open_dataset(loc, name);
+  const std::string what = loc.describe("dataset", name);
+  Handle type(H5Dget_type(ds.get()), H5Tclose);
+  if (!type) throw file_error("cannot read the type of " + what + ": " + detail::stack_message());
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (cls != H5T_STRING)
+    throw file_error(what + " holds " + detail::class_name(cls) +
+                     " values, expected strings; the file was not written by the expected program or was modified: regenerate it");
+  Handle space(H5Dget_space(ds.get()), H5Sclose);
+  if (!space) throw file_error("cannot read the dataspace of " + what + ": " + detail::stack_message());
+  const auto [n, dims] = detail::extent(space.get(), what);
+  std::vector<std::string> out;
+  if (n == 0) return out;
+  if (const std::string missing = detail::missing_filters(loc, name, ds.get()); !missing.empty()) throw file_error(missing);
+  const H5T_cset_t cset = H5Tget_cset(type.get());
+  Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_cset(mem.get(), cset == H5T_CSET_UTF8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
+  const htri_t variable = H5Tis_variable_str(type.get());
+  if (variable < 0) throw file_error("cannot read the type of " + what + ": " + detail::stack_message());
+  detail::require_fits(loc, what, n, sizeof(char*));
+  if (variable > 0) {
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    auto ptrs = detail::allocate<char*>(n, what);
+    detail::read_all(loc, name, ds.get(), mem.get(), ptrs.data());
+    const detail::VlenGuard guard(mem.get(), space.get(), ptrs.data());
+    out.reserve(n);
+    for (const char* p : ptrs) out.emplace_back(p != nullptr ? p : "");
+    return out;
+  }
+  const std::size_t size = H5Tget_size(type.get());
+  if (size == 0) throw file_error(what + " has a zero-length string type; the file is corrupt");
+  detail::require_fits(loc, what, n, size);
+  H5Tset_size(mem.get(), size);
+  H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
+  auto bytes = detail::allocate<char>(n * size, what);
+  detail::read_all(loc, name, ds.get(), mem.get(), bytes.data());
+  const bool space_padded = H5Tget_strpad(type.get()) == H5T_STR_SPACEPAD;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const char* p = bytes.data() + i * size;
+    std::size_t len = 0;
+    while (len < size && p[len] != '\0') ++len;
+    if (space_padded)
+      while (len > 0 && p[len - 1] == ' ') --len;
+    out.emplace_back(p, len);
+  }
+  return out;
+}
+
+/// A dataset of variable-length integer sequences (e.g. rabbit's hsystgroupidxs) as ragged int64 rows.
+inline std::vector<std::vector<std::int64_t>> read_ragged(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  Handle ds = detail::open_dataset(loc, name);
+  const std::string what = loc.describe("dataset", name);
+  Handle type(H5Dget_type(ds.get()), H5Tclose);
+  if (!type) throw file_error("cannot read the type of " + what + ": " + detail::stack_message());
+  const H5T_class_t cls = H5Tget_class(type.get());
+  Handle base(cls == H5T_VLEN ? H5Tget_super(type.get()) : H5I_INVALID_HID, H5Tclose);
+  const H5T_class_t base_cls = base ? H5Tget_class(base.get()) : H5T_NO_CLASS;
+  if (cls != H5T_VLEN || base_cls != H5T_INTEGER)
+    throw file_error(what + " holds " + (cls == H5T_VLEN ? std::string("sequences of ") + detail::class_name(base_cls) : detail::class_name(cls)) +
+                     " values, expected variable-length sequences of integers; the file was not written by the expected program or "
+                     "was modified: regenerate it");
+  Handle space(H5Dget_space(ds.get()), H5Sclose);
+  if (!space) throw file_error("cannot read the dataspace of " + what + ": " + detail::stack_message());
+  const auto [n, dims] = detail::extent(space.get(), what);
+  std::vector<std::vector<std::int64_t>> out;
+  if (n == 0) return out;
+  if (const std::string missing = detail::missing_filters(loc, name, ds.get()); !missing.empty()) throw file_error(missing);
+  detail::require_fits(loc, what, n, sizeof(hvl_t));
+  Handle mem(H5Tvlen_create(H5T_NATIVE_INT64), H5Tclose);
+  auto rows = detail::allocate<hvl_t>(n, what);
+  detail::read_all(loc, name, ds.get(), mem.get(), rows.data());
+  const detail::VlenGuard guard(mem.get(), space.get(), rows.data());
+  out.reserve(n);
+  for (const hvl_t& r : rows) {
+    const auto* p = static_cast<const std::int64_t*>(r.p);
+    out.emplace_back(p, p + (p != nullptr ? r.len : 0));
+  }
+  return out;
+}
+
+/// An integer attribute of `loc` (scalar or array) as int64 values, e.g. rabbit's dense_shape.
+inline std::vector<std::int64_t> read_int64_attribute(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  return detail::read_int64_attribute(loc.id(), name, "'" + loc.path() + "' in '" + loc.file_name() + "'", loc.max_read_bytes());
+}
+
+/// A numeric scalar attribute of `loc` (integer or floating point, one element) as a double.
+inline double read_double_attribute(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  const std::string what = "attribute '" + name + "' of '" + loc.path() + "' in '" + loc.file_name() + "'";
+  detail::Handle_check_attr:;
+  Handle a(H5Aopen(loc.id(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  if (!a) throw file_error("cannot open " + what + " (" + detail::stack_message() + "); check the name");
+  Handle type(H5Aget_type(a.get()), H5Tclose);
+  const H5T_class_t cls = type ? H5Tget_class(type.get()) : H5T_NO_CLASS;
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT) throw file_error(what + " holds " + detail::class_name(cls) + " values, expected a number");
+  Handle space(H5Aget_space(a.get()), H5Sclose);
+  if (!space) throw file_error("cannot read the dataspace of " + what + ": " + detail::stack_message());
+  if (detail::extent(space.get(), what).first != 1) throw file_error(what + " is not a single number");
+  double v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) throw file_error("cannot read " + what + ": " + detail::stack_message());
+  return v;
+}
+
+/// A string scalar attribute of `loc` (variable- or fixed-length).
+inline std::string read_string_attribute(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  const std::string what = "attribute '" + name + "' of '" + loc.path() + "' in '" + loc.file_name() + "'";
+  Handle a(H5Aopen(loc.id(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  if (!a) throw file_error("cannot open " + what + " (" + detail::stack_message() + "); check the name");
+  Handle type(H5Aget_type(a.get()), H5Tclose);
+  const H5T_class_t cls = type ? H5Tget_class(type.get()) : H5T_NO_CLASS;
+  if (cls != H5T_STRING) throw file_error(what + " holds " + detail::class_name(cls) + " values, expected a string");
+  Handle space(H5Aget_space(a.get()), H5Sclose);
+  if (!space) throw file_error("cannot read the dataspace of " + what + ": " + detail::stack_message());
+  if (detail::extent(space.get(), what).first != 1) throw file_error(what + " is not a single string");
+  Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_cset(mem.get(), H5Tget_cset(type.get()) == H5T_CSET_UTF8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    char* p = nullptr;
+    if (H5Aread(a.get(), mem.get(), &p) < 0) throw file_error("cannot read " + what + ": " + detail::stack_message());
+    const detail::VlenGuard guard(mem.get(), space.get(), &p);
+    return p != nullptr ? std::string(p) : std::string();
+  }
+  const std::size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > (std::size_t{1} << 24)) throw file_error(what + " has an invalid string length; the file is corrupt");
+  H5Tset_size(mem.get(), size);
+  H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
+  std::string s(size, '\0');
+  if (H5Aread(a.get(), mem.get(), s.data()) < 0) throw file_error("cannot read " + what + ": " + detail::stack_message());
+  s.resize(std::strlen(s.c_str()));
+  if (H5Tget_strpad(type.get()) == H5T_STR_SPACEPAD)
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Writing.
+
+/// Creates the group `name` below `loc` (intermediate groups too); throws `file_error` if it exists.
+inline Location create_group(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  if (exists(loc, name)) throw file_error(loc.describe("object", name) + " already exists; write each group once");
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Handle g(H5Gcreate2(loc.id(), name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  if (!g) throw file_error("cannot create " + loc.describe("group", name) + " (" + detail::stack_message() + "); is the file open for writing?");
+  return Location(std::move(g), loc.info_, detail::join_path(loc.path(), name));
+}
+
+/// Removes the link `name` below `loc` (a dataset or group; the space is not reclaimed).
+inline void remove(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  if (H5Ldelete(loc.id(), name.c_str(), H5P_DEFAULT) < 0)
+    throw file_error("cannot remove " + loc.describe("object", name) + ": " + detail::stack_message());
+}
+
+/// Removes the attribute `name` of `loc`.
+inline void remove_attribute(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  if (H5Adelete(loc.id(), name.c_str()) < 0)
+    throw file_error("cannot remove attribute '" + name + "' of '" + loc.path() + "' in '" + loc.file_name() + "': " + detail::stack_message());
+}
+
+/// Writes a double or int64 array as the dataset `name` (replacing one that exists) with its real N-D `shape`
+/// (row-major; `{}` = a scalar; zero extents allowed); chunked and gzip-compressed (level 4) above 64 KiB.
+/// Returns the dataset, e.g. to attach attributes.
+template <class T>
+Location write(const Location& loc, const std::string& name, std::span<const T> values, std::vector<std::size_t> shape) {
+  static_assert(std::is_same_v<T, double> || std::is_same_v<T, std::int64_t>, "write stores double or int64 arrays");
+  std::size_t n = 1;
+  std::vector<hsize_t> dims;
+  for (std::size_t d : shape) {
+    n *= d;
+    dims.push_back(static_cast<hsize_t>(d));
+  }
+  if (n != values.size())
+    throw usage_error("hdf5::write of '" + loc.child_path(name) + "': shape " + detail::shape_string(shape) + " has " + std::to_string(n) +
+                      " elements but " + std::to_string(values.size()) + " values were given");
+  return detail::create_and_write(loc, name, detail::native_type<T>(), detail::native_type<T>(), dims, sizeof(T), values.data());
+}
+
+/// Writes a 1-D double array (`write` with shape `{values.size()}`).
+inline Location write(const Location& loc, const std::string& name, std::span<const double> values) {
+  return write<double>(loc, name, values, {values.size()});
+}
+/// Writes a double array with the given N-D shape.
+inline Location write(const Location& loc, const std::string& name, std::span<const double> values, std::vector<std::size_t> shape) {
+  return write<double>(loc, name, values, std::move(shape));
+}
+/// Writes a 1-D int64 array.
+inline Location write(const Location& loc, const std::string& name, std::span<const std::int64_t> values) {
+  return write<std::int64_t>(loc, name, values, {values.size()});
+}
+/// Writes an int64 array with the given N-D shape.
+inline Location write(const Location& loc, const std::string& name, std::span<const std::int64_t> values, std::vector<std::size_t> shape) {
+  return write<std::int64_t>(loc, name, values, std::move(shape));
+}
+
+/// Writes strings as a 1-D variable-length UTF-8 string dataset (replacing one that exists).
+inline Location write_strings(const Location& loc, const std::string& name, const std::vector<std::string>& values) {
+  std::vector<const char*> ptrs;
+  ptrs.reserve(values.size());
+  for (const auto& s : values) ptrs.push_back(s.c_str());
+  const Handle type = detail::utf8_string_type();
+  return detail::create_and_write(loc, name, type.get(), type.get(), {static_cast<hsize_t>(values.size())}, sizeof(char*), ptrs.data());
+}
+
+/// Writes ragged int64 rows as a 1-D dataset of variable-length sequences (rabbit's hsystgroupidxs layout).
+inline Location write_ragged(const Location& loc, const std::string& name, const std::vector<std::vector<std::int64_t>>& rows) {
+  std::vector<hvl_t> vl(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    vl[i].len = rows[i].size();
+    vl[i].p = const_cast<std::int64_t*>(rows[i].data());
+  }
+  const ErrorSilencer quiet;
+  Handle type(H5Tvlen_create(H5T_NATIVE_INT64), H5Tclose);
+  return detail::create_and_write(loc, name, type.get(), type.get(), {static_cast<hsize_t>(rows.size())}, sizeof(hvl_t), vl.data());
+}
+
+/// Writes (replacing) a scalar double attribute of `loc`.
+inline void write_attribute(const Location& loc, const std::string& name, double value) {
+  detail::put_attribute(loc, name, H5T_NATIVE_DOUBLE, {}, &value);
+}
+/// Writes (replacing) a scalar int64 attribute of `loc`.
+inline void write_attribute(const Location& loc, const std::string& name, std::int64_t value) {
+  detail::put_attribute(loc, name, H5T_NATIVE_INT64, {}, &value);
+}
+/// Writes (replacing) a scalar int64 attribute of `loc` from any other integer type.
+template <std::integral I>
+  requires(!std::same_as<I, bool> && !std::same_as<I, std::int64_t>)
+void write_attribute(const Location& loc, const std::string& name, I value) {
+  write_attribute(loc, name, static_cast<std::int64_t>(value));
+}
+/// Writes (replacing) a variable-length UTF-8 string attribute of `loc`.
+inline void write_attribute(const Location& loc, const std::string& name, const std::string& value) {
+  const ErrorSilencer quiet;
+  const Handle type = detail::utf8_string_type();
+  const char* p = value.c_str();
+  detail::put_attribute(loc, name, type.get(), {}, &p);
+}
+/// Writes (replacing) a string attribute of `loc` from a C string.
+inline void write_attribute(const Location& loc, const std::string& name, const char* value) {
+  write_attribute(loc, name, std::string(value));
+}
+/// Writes (replacing) a 1-D int64 array attribute of `loc` (e.g. rabbit's original_shape, dense_shape).
+inline void write_attribute(const Location& loc, const std::string& name, std::span<const std::int64_t> values) {
+  detail::put_attribute(loc, name, H5T_NATIVE_INT64, {static_cast<hsize_t>(values.size())}, values.data());
+}
+/// Writes (replacing) a 1-D double array attribute of `loc`.
+inline void write_attribute(const Location& loc, const std::string& name, std::span<const double> values) {
+  detail::put_attribute(loc, name, H5T_NATIVE_DOUBLE, {static_cast<hsize_t>(values.size())}, values.data());
+}
+
+namespace detail {
+
+inline Location create_and_write(const Location& loc, const std::string& name, hid_t file_type, hid_t mem_type,
+                                 const std::vector<hsize_t>& dims, std::size_t elem_bytes, const void* buf) {
+  const ErrorSilencer quiet;
+  const std::string what = loc.describe("dataset", name);
+  if (exists(loc, name) && H5Ldelete(loc.id(), name.c_str(), H5P_DEFAULT) < 0)
+    throw file_error("cannot replace " + what + ": " + stack_message());
+  Handle space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  if (!space) throw file_error("cannot create the dataspace of " + what + ": " + stack_message());
+  const Handle dcpl = creation_plist(dims, elem_bytes);
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Handle ds(H5Dcreate2(loc.id(), name.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT), H5Dclose);
+  if (!ds) throw file_error("cannot create " + what + " (" + stack_message() + "); is the file open for writing?");
+  std::size_t n = 1;
+  for (hsize_t d : dims) n *= static_cast<std::size_t>(d);
+  if (n > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+    throw file_error("cannot write " + what + ": " + stack_message());
+  return Location(std::move(ds), loc.info_, join_path(loc.path(), name));
+}
+
+}  // namespace detail
+
+}  // namespace hdf5
+}  // namespace fitlib::io
