@@ -1,3 +1,462 @@
 // SPDX-License-Identifier: MIT
-// fitlib-fit: placeholder until the command line lands.
-int main() { return 0; }
+// fitlib-fit: fits a rabbit input tensor (rabbit-likelihood-and-format.md §1) and writes the results
+// as HDF5 (docs/results-format.md) and, with --json, a JSON summary. Options follow rabbit_fit.py's
+// (§6) where rabbit has them.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "fitlib/fit.hpp"
+#include "fitlib/io/rabbit.hpp"
+#include "fitlib/io/results.hpp"
+#include "fitlib/io/sha256.hpp"
+
+using namespace fitlib;
+
+namespace {
+
+/// Everything the command line sets.
+struct Args {
+  std::string input, output = "fitresults.hdf5";
+  bool json = false, quiet = false;
+  std::vector<int> toys = {-1};
+  std::uint64_t seed = 123456789;
+  std::string toys_syst = "frequentist", toys_data = "poisson", toys_data_mode = "expected";
+  std::vector<std::string> pseudodata;
+  bool use_pseudodata = false;
+  std::string method = "trust-krylov";
+  double gtol = 0, edm_tol = 1e-12;
+  index_t maxiter = 0;
+  bool no_bbb = false;
+  std::string bbb_type = "automatic", bbb_mode = "lite";
+  double min_kstat = 0;
+  bool chisq = false, covariance = false, allow_negative_poi = false, allow_negative_expectation = false;
+  std::string systematic_type = "log_normal";
+  std::vector<std::pair<std::string, double>> expect_signal, constraint_minimum;
+  std::vector<std::string> freeze;
+  bool impacts = false, global_impacts = false, no_hessian = false;
+  std::vector<std::string> scan;
+  bool do_scan = false;
+  index_t scan_points = 15;
+  double scan_range = 3;
+  std::vector<std::string> unblind;
+  bool unblind_all = false;
+  int threads = 1;
+};
+
+template <class E>
+E choose(const std::string& option, const std::string& value, const std::map<std::string, E>& choices) {
+  const auto it = choices.find(value);
+  if (it != choices.end()) return it->second;
+  std::string allowed;
+  for (const auto& [k, v] : choices) allowed += (allowed.empty() ? "" : ", ") + k;
+  throw usage_error(option + " '" + value + "' is not one of: " + allowed);
+}
+
+LikelihoodOptions likelihood_options(const Args& a) {
+  LikelihoodOptions o;
+  if (a.chisq && a.covariance) throw usage_error("--chisqFit and --covarianceFit exclude each other; choose one data term");
+  o.data_term = a.chisq ? DataTerm::chisq : a.covariance ? DataTerm::covariance : DataTerm::poisson;
+  o.allow_negative_poi = a.allow_negative_poi;
+  o.shards = 1;
+  o.bin_by_bin.enabled = !a.no_bbb;
+  o.bin_by_bin.mode = choose<BinByBinMode>("--binByBinStatMode", a.bbb_mode, {{"lite", BinByBinMode::lite}, {"full", BinByBinMode::full}});
+  o.bin_by_bin.type = choose<BinByBinType>("--binByBinStatType", a.bbb_type,
+                                           {{"automatic", BinByBinType::automatic},
+                                            {"gamma", BinByBinType::gamma},
+                                            {"normal-multiplicative", BinByBinType::normal_multiplicative},
+                                            {"normal-additive", BinByBinType::normal_additive}});
+  o.bin_by_bin.min_kstat = a.min_kstat;
+  o.validate();
+  return o;
+}
+
+ToyOptions toy_options(const Args& a) {
+  ToyOptions t;
+  t.constraints = choose<ConstraintRandomization>(
+      "--toysSystRandomize", a.toys_syst,
+      {{"frequentist", ConstraintRandomization::frequentist}, {"bayesian", ConstraintRandomization::bayesian}, {"none", ConstraintRandomization::none}});
+  t.data = choose<DataRandomization>("--toysDataRandomize", a.toys_data,
+                                     {{"poisson", DataRandomization::poisson}, {"normal", DataRandomization::normal}, {"none", DataRandomization::none}});
+  t.data_mode = choose<ToyDataMode>("--toysDataMode", a.toys_data_mode, {{"expected", ToyDataMode::expected}, {"observed", ToyDataMode::observed}});
+  return t;
+}
+
+/// Applies --expectSignal and --setConstraintMinimum to the model, naming unknown parameters.
+void adjust_model(Model& m, const Args& a) {
+  for (const auto& [name, value] : a.expect_signal) {
+    index_t q = 0;
+    bool found = false;
+    for (const auto& p : m.processes) {
+      if (!p.signal) continue;
+      if (p.name == name) {
+        m.poi_default[static_cast<std::size_t>(q)] = value;
+        found = true;
+      }
+      ++q;
+    }
+    if (!found) throw usage_error("--expectSignal names '" + name + "', which is not a signal process (POI) of the tensor");
+  }
+  for (const auto& [name, value] : a.constraint_minimum) {
+    const auto it = std::find_if(m.systematics.begin(), m.systematics.end(), [&](const Systematic& s) { return s.name == name; });
+    if (it == m.systematics.end()) throw usage_error("--setConstraintMinimum names '" + name + "', which is not a systematic of the tensor");
+    m.theta0[static_cast<std::size_t>(it - m.systematics.begin())] = value;
+  }
+}
+
+// ---- blinding ---------------------------------------------------------------------------------
+
+/// Blinded reporting (on by default for fits to observed data): POI q is reported as x·e^{ξ_q}
+/// (√μ·e^{ξ} for squared POIs, i.e. μ·e^{2ξ}) and NOI s as θ + 5·ξ_s, ξ ~ N(0, 1) drawn from a
+/// stream seeded by the SHA-256 of the parameter's name: deterministic, the same in every run.
+/// The fit itself is unchanged (the map is a fixed change of variables), so blinded and unblinded
+/// results differ only in these coordinates and --unblind shows the same fit.
+struct Blinding {
+  std::vector<double> scale, shift;  // reported = scale·x + shift
+  std::vector<std::string> names;
+};
+
+Blinding make_blinding(const Model& m, const std::vector<std::string>& names, const Args& a) {
+  Blinding b;
+  const auto n = names.size();
+  b.scale.assign(n, 1.0);
+  b.shift.assign(n, 0.0);
+  if (a.unblind_all) return b;
+  std::vector<std::regex> keep;
+  for (const auto& u : a.unblind) keep.emplace_back(u);
+  auto unblinded = [&](const std::string& name) {
+    for (std::size_t k = 0; k < keep.size(); ++k)
+      if (name == a.unblind[k] || std::regex_match(name, keep[k])) return true;
+    return false;
+  };
+  auto xi = [](const std::string& name) {
+    io::Sha256 h;
+    h.update(std::string_view(name));
+    const auto d = h.digest();
+    std::uint64_t seed = 0;
+    for (int i = 0; i < 8; ++i) seed = seed << 8 | d[static_cast<std::size_t>(i)];
+    return RandomStream(seed, 0, static_cast<Stream>(static_cast<std::uint32_t>(Stream::user) + 1)).normal();
+  };
+  for (index_t q = 0; q < m.npoi(); ++q) {
+    const auto& name = names[static_cast<std::size_t>(q)];
+    if (unblinded(name)) continue;
+    b.scale[static_cast<std::size_t>(q)] = std::exp(xi(name));
+    b.names.push_back(name);
+  }
+  for (index_t s : m.nois) {
+    const auto i = static_cast<std::size_t>(m.npoi() + s);
+    if (unblinded(names[i])) continue;
+    b.shift[i] = 5 * xi(names[i]);
+    b.names.push_back(names[i]);
+  }
+  return b;
+}
+
+void blind(io::FitRecord& f, const Blinding& b) {
+  if (b.names.empty()) return;
+  FitResult& r = f.result;
+  const std::size_t n = r.x.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    r.x[i] = b.scale[i] * r.x[i] + b.shift[i];
+    r.x0[i] = b.scale[i] * r.x0[i] + b.shift[i];
+    r.uncertainties[i] *= b.scale[i];
+    r.gradient[i] /= b.scale[i];
+  }
+  for (std::size_t j = 0; j < n && r.covariance.size() == n * n; ++j)
+    for (std::size_t i = 0; i < n; ++i) r.covariance[i + j * n] *= b.scale[i] * b.scale[j];
+  for (std::size_t j = 0; j < n && r.hessian.size() == n * n; ++j)
+    for (std::size_t i = 0; i < n; ++i) r.hessian[i + j * n] /= b.scale[i] * b.scale[j];
+  for (auto* imp : {f.impacts ? &*f.impacts : nullptr, f.global_impacts ? &*f.global_impacts : nullptr}) {
+    if (!imp) continue;
+    for (std::size_t t = 0; t < imp->targets.size(); ++t) {
+      const double s = b.scale[static_cast<std::size_t>(imp->target_index[t])];
+      for (std::size_t k = 0; k < imp->sources.size(); ++k) imp->values[t * imp->sources.size() + k] *= s;
+      for (std::size_t g = 0; g < imp->groups.size(); ++g) imp->grouped[t * imp->groups.size() + g] *= s;
+    }
+  }
+  for (Scan& s : f.scans) {
+    const auto i = static_cast<std::size_t>(r.index(s.parameter));
+    for (double& v : s.values) v = b.scale[i] * v + b.shift[i];
+  }
+  f.blinded = b.names;
+}
+
+// ---- the fits ---------------------------------------------------------------------------------
+
+/// One fit to the likelihood's current data, then what the options ask for after it.
+template <class Lik, class Sub>
+io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const std::string& name, std::span<const double> counts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  io::FitRecord rec;
+  rec.name = name;
+  FitOptions fo;
+  fo.frozen = a.freeze;
+  fo.covariance = !a.no_hessian;
+  ProgressPrinter progress(stderr, 1);
+  if (a.quiet) rec.result = fit(lik, tr, fo);
+  else {
+    std::fprintf(stderr, "fitlib-fit: fit '%s'\n", name.c_str());
+    rec.result = fit(lik, tr, fo, progress);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  FitResult& r = rec.result;
+  rec.nll_full = r.nll + nll_constant(lik.model(), lik.options(), counts);
+  rec.gof = saturated_gof(lik.model(), r);
+  rec.bin_by_bin_per_bin = lik.bin_by_bin_per_bin();
+  if (rec.bin_by_bin_per_bin > 0) rec.bin_by_bin = lik.bin_by_bin_parameters(r.x);
+  if (a.impacts) rec.impacts = traditional_impacts(lik, r);
+  if (a.global_impacts) rec.global_impacts = global_impacts(lik, r);
+  if (a.do_scan) {
+    std::vector<std::string> params = a.scan;
+    if (params.empty())
+      for (index_t t : impact_targets(lik.model())) params.push_back(r.names[static_cast<std::size_t>(t)]);
+    ScanOptions so;
+    so.points = a.scan_points;
+    so.range = a.scan_range;
+    for (const auto& p : params) rec.scans.push_back(profile_scan(lik, tr, r, p, so));
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  rec.minimize_seconds = std::chrono::duration<double>(t1 - t0).count();
+  rec.postfit_seconds = std::chrono::duration<double>(t2 - t1).count();
+  rec.total_seconds = std::chrono::duration<double>(t2 - t0).count();
+  return rec;
+}
+
+/// Asimov, data, pseudodata and toys, in rabbit's order (§4.1, §5.5).
+template <class Lik, class Sub>
+std::vector<io::FitRecord> run_fits(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const io::RabbitTensor& in) {
+  const Model& m = lik.model();
+  std::vector<io::FitRecord> out;
+  const Blinding blinding = make_blinding(m, lik.parameter_names(), a);
+  const std::vector<double> observed = m.data;
+  const std::vector<double> variances = m.data_variance;
+  for (int t : a.toys) {
+    if (t == -1) {
+      const std::vector<double> asimov_data = asimov(lik, lik.default_parameters());
+      lik.set_data(asimov_data);
+      out.push_back(fit_one(lik, tr, a, "asimov", asimov_data));
+    } else if (t == 0 && a.use_pseudodata) {
+      const std::size_t npd = in.pseudodata_names.size(), nb = static_cast<std::size_t>(m.nbins());
+      for (std::size_t c = 0; c < npd; ++c) {
+        const std::string& pd = in.pseudodata_names[c];
+        if (!a.pseudodata.empty() && std::find(a.pseudodata.begin(), a.pseudodata.end(), pd) == a.pseudodata.end()) continue;
+        std::vector<double> counts(nb);
+        for (std::size_t b = 0; b < nb; ++b) counts[b] = in.pseudodata[b * npd + c];
+        lik.set_data(counts);
+        out.push_back(fit_one(lik, tr, a, "pseudodata_" + pd, counts));
+      }
+    } else if (t == 0) {
+      lik.set_data(observed, variances);
+      out.push_back(fit_one(lik, tr, a, "data", observed));
+      blind(out.back(), blinding);
+    } else {
+      const ToyOptions to = toy_options(a);
+      for (int i = 1; i <= t; ++i) {
+        const Toy toy = generate_toy(lik, a.seed, static_cast<std::uint64_t>(i), to);
+        lik.set_data(toy.data);
+        lik.set_constraint_centres(toy.constraints.theta0);
+        out.push_back(fit_one(lik, tr, a, "toy" + std::to_string(i), toy.data));
+        lik.set_constraint_centres(m.theta0);
+      }
+    }
+  }
+  lik.set_data(observed, variances);
+  return out;
+}
+
+template <class Lik>
+std::vector<io::FitRecord> run_with_method(Lik& lik, const Args& a, const io::RabbitTensor& in) {
+  TrustRegionOptions o;
+  o.gtol = a.gtol;
+  o.edm_tol = a.edm_tol;
+  o.maxiter = a.maxiter;
+  o.validate();
+  if (a.method == "trust-exact") return run_fits(lik, TrustRegion<Exact>(o), a, in);
+  if (a.method == "trust-ncg") return run_fits(lik, TrustRegion<SteihaugCG>(o), a, in);
+  return run_fits(lik, TrustRegion<Gltr>(o), a, in);
+}
+
+// ---- the summary on stdout -------------------------------------------------------------------
+
+void print_summary(const Model& m, const io::FitRecord& f) {
+  const FitResult& r = f.result;
+  std::printf("\n== %s: %s; NLL %.10g (full %.10g), EDM %.3g, %td iterations, covariance %s\n", f.name.c_str(),
+              std::string(to_string(r.status)).c_str(), r.nll, f.nll_full, r.edm, r.iterations,
+              std::string(to_string(r.covariance_status)).c_str());
+  if (!f.blinded.empty()) std::printf("   blinded (use --unblind to see them): %zu parameters\n", f.blinded.size());
+  std::printf("   %-32s %14s %12s\n", "parameter of interest", "fitted", "uncertainty");
+  for (index_t t : impact_targets(m)) {
+    const auto i = static_cast<std::size_t>(t);
+    std::printf("   %-32s %14.6g %12.6g\n", r.names[i].c_str(), r.x[i], r.uncertainties[i]);
+  }
+  // Pulls (θ̂ − θ₀)·√w and constraints σ·√w of the constrained nuisances, largest pulls first.
+  std::vector<std::size_t> order;
+  for (index_t s = 0; s < m.nsyst(); ++s)
+    if (m.constraint_weights[static_cast<std::size_t>(s)] > 0) order.push_back(static_cast<std::size_t>(s));
+  auto pull = [&](std::size_t s) {
+    return (r.x[static_cast<std::size_t>(m.npoi()) + s] - m.theta0[s]) * std::sqrt(m.constraint_weights[s]);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return std::abs(pull(x)) > std::abs(pull(y)); });
+  const std::size_t shown = std::min<std::size_t>(order.size(), 10);
+  if (shown > 0) std::printf("   %-32s %14s %12s   (largest %zu of %zu)\n", "nuisance", "pull", "constraint", shown, order.size());
+  for (std::size_t k = 0; k < shown; ++k) {
+    const std::size_t s = order[k], i = static_cast<std::size_t>(m.npoi()) + s;
+    std::printf("   %-32s %+14.4f %12.4f\n", r.names[i].c_str(), pull(s), r.uncertainties[i] * std::sqrt(m.constraint_weights[s]));
+  }
+  for (const auto* imp : {f.impacts ? &*f.impacts : nullptr, f.global_impacts ? &*f.global_impacts : nullptr}) {
+    if (!imp) continue;
+    std::printf("   %s on %s:\n", imp == (f.impacts ? &*f.impacts : nullptr) ? "impacts" : "global impacts", imp->targets.front().c_str());
+    for (std::size_t g = 0; g < imp->groups.size(); ++g) std::printf("     %-30s %12.6g\n", imp->groups[g].c_str(), imp->group(0, g));
+  }
+  if (f.gof) std::printf("   saturated GoF: chi2 %.4f, ndf %td, p-value %.4g\n", f.gof->chi2, f.gof->ndf, f.gof->p_value);
+  for (const Scan& s : f.scans) std::printf("   scan of %s: %zu points, ΔNLL at the ends %.4g and %.4g\n", s.parameter.c_str(), s.values.size(), s.dnll.front(), s.dnll.back());
+  std::printf("   time: minimisation %.3f s, postfit %.3f s\n", f.minimize_seconds, f.postfit_seconds);
+}
+
+nlohmann::json options_json(const Args& a) {
+  return {{"toys", a.toys},
+          {"seed", a.seed},
+          {"minimizerMethod", a.method},
+          {"minimizerGtol", a.gtol},
+          {"minimizerEdmTol", a.edm_tol},
+          {"minimizerMaxiter", a.maxiter},
+          {"binByBinStat", !a.no_bbb},
+          {"binByBinStatType", a.bbb_type},
+          {"binByBinStatMode", a.bbb_mode},
+          {"minBBKstat", a.min_kstat},
+          {"dataTerm", a.chisq ? "chisq" : a.covariance ? "covariance" : "poisson"},
+          {"allowNegativePOI", a.allow_negative_poi},
+          {"freezeParameters", a.freeze},
+          {"doImpacts", a.impacts},
+          {"globalImpacts", a.global_impacts},
+          {"scan", a.do_scan ? nlohmann::json(a.scan) : nlohmann::json(nullptr)},
+          {"unblind", a.unblind_all ? nlohmann::json("all") : nlohmann::json(a.unblind)},
+          {"threads", a.threads}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"fitlib-fit: binned profile-likelihood fits of rabbit input tensors (fitlib " FITLIB_VERSION_STRING ")"};
+  app.get_formatter()->column_width(40);
+  app.add_option("tensor", a.input, "rabbit input tensor (HDF5, dense or sparse)")->required();
+  app.add_option("-o,--output", a.output, "results file (HDF5; docs/results-format.md)")->capture_default_str();
+  app.add_flag("--json", a.json, "also write a JSON summary next to the results file (same name, .json)");
+  app.add_flag("-q,--quiet", a.quiet, "no per-iteration progress on stderr");
+  app.add_option("-t,--toys", a.toys, "fits to run: -1 Asimov, 0 observed data, N toys 1..N (several allowed)")->capture_default_str();
+  app.add_option("--seed", a.seed, "random seed of the toys; toy i draws from (seed, i) only")->capture_default_str();
+  app.add_option("--toysSystRandomize", a.toys_syst, "constraint randomisation of toys: frequentist, bayesian, none")->capture_default_str();
+  app.add_option("--toysDataRandomize", a.toys_data, "data fluctuation of toys: poisson, normal, none")->capture_default_str();
+  app.add_option("--toysDataMode", a.toys_data_mode, "centre of the toys' data: expected, observed")->capture_default_str();
+  auto* pd = app.add_option("--pseudoData", a.pseudodata, "fit the tensor's pseudodata sets (names; none = all) instead of data with -t 0")
+                 ->expected(0, -1);
+  app.add_option("--minimizerMethod", a.method, "trust-krylov (GLTR), trust-ncg (Steihaug CG) or trust-exact (Moré–Sorensen)")
+      ->check(CLI::IsMember({"trust-krylov", "trust-ncg", "trust-exact"}))
+      ->capture_default_str();
+  app.add_option("--minimizerGtol", a.gtol, "stop when the gradient norm is below this (0 = off, as rabbit)")->capture_default_str();
+  app.add_option("--minimizerEdmTol", a.edm_tol, "stop when the EDM ½gᵀH⁻¹g is below this")->capture_default_str();
+  app.add_option("--minimizerMaxiter", a.maxiter, "iteration limit (0 = 200·parameters)")->capture_default_str();
+  app.add_flag("--noBinByBinStat", a.no_bbb, "no bin-by-bin template statistics");
+  app.add_option("--binByBinStatType", a.bbb_type, "automatic, gamma, normal-multiplicative, normal-additive")->capture_default_str();
+  app.add_option("--binByBinStatMode", a.bbb_mode, "lite (one β per bin) or full (one per bin and process)")->capture_default_str();
+  app.add_option("--minBBKstat", a.min_kstat, "keep β fixed where the effective MC statistics are below this")->capture_default_str();
+  app.add_flag("--chisqFit", a.chisq, "χ² data term with the data variances");
+  app.add_flag("--covarianceFit", a.covariance, "χ² data term with the tensor's inverse data covariance");
+  app.add_flag("--allowNegativePOI,--allowNegativeParam", a.allow_negative_poi, "POIs act linearly (μ = x) instead of μ = x²");
+  app.add_flag("--allowNegativeExpectation", a.allow_negative_expectation, "accept negative nominal yields in the tensor");
+  app.add_option("--systematicType", a.systematic_type, "log_normal or normal: how the tensor's logk act (rabbit's meta, not read)")
+      ->check(CLI::IsMember({"log_normal", "normal"}))
+      ->capture_default_str();
+  app.add_option("--expectSignal", a.expect_signal, "NAME VALUE: default signal strength of a POI (repeatable)");
+  app.add_option("--setConstraintMinimum", a.constraint_minimum, "NAME VALUE: constraint centre of a nuisance (repeatable)");
+  app.add_option("--freezeParameters", a.freeze, "parameters held at their start: names or regular expressions");
+  app.add_flag("--doImpacts", a.impacts, "traditional impacts on POIs and NOIs, per parameter and group");
+  app.add_flag("--globalImpacts", a.global_impacts, "global impacts (shifted global observables) on POIs and NOIs");
+  app.add_flag("--noHessian", a.no_hessian, "no covariance (and no impacts or scans)");
+  auto* scan = app.add_option("--scan", a.scan, "profile-likelihood scans of these parameters (none = POIs and NOIs)")->expected(0, -1);
+  app.add_option("--scanPoints", a.scan_points, "points per scan")->capture_default_str();
+  app.add_option("--scanRange", a.scan_range, "scan half-width in postfit σ")->capture_default_str();
+  auto* unblind = app.add_option("--unblind", a.unblind, "show blinded POIs/NOIs of data fits: all, or those matching the names/regexes")
+                      ->expected(0, -1);
+  app.add_option("--threads", a.threads, "threads (fitlib-fit evaluates on one thread until thread shards land)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  // An option given without values leaves one empty string behind in CLI11 2.1.
+  for (auto* v : {&a.pseudodata, &a.scan, &a.unblind}) std::erase(*v, std::string());
+  a.use_pseudodata = pd->count() > 0;
+  a.do_scan = scan->count() > 0;
+  a.unblind_all = unblind->count() > 0 && a.unblind.empty();
+
+  try {
+    if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan))
+      throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts or --scan; drop one of them");
+    if (a.threads < 1) throw usage_error("--threads must be ≥ 1, got " + std::to_string(a.threads));
+    if (a.threads > 1 && !a.quiet) std::fprintf(stderr, "fitlib-fit: note: evaluating on one thread (--threads %d requested)\n", a.threads);
+    for (int t : a.toys)
+      if (t < -1) throw usage_error("-t/--toys takes -1 (Asimov), 0 (data) or a number of toys N > 0, got " + std::to_string(t));
+    const LikelihoodOptions lo = likelihood_options(a);
+    (void)toy_options(a);
+    for (const auto& u : a.unblind) {
+      try {
+        std::regex re(u);
+      } catch (const std::regex_error&) {
+        throw usage_error("--unblind '" + u + "' is not a valid regular expression");
+      }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    io::RabbitReadOptions ro;
+    ro.allow_negative_yields = a.allow_negative_expectation;
+    ro.systematic_type = a.systematic_type == "normal" ? SystematicType::normal : SystematicType::log_normal;
+    io::RabbitTensor in = io::read_rabbit(a.input, ro);
+    if (!in.beta_variations.empty() && !a.no_bbb && lo.bin_by_bin.mode == BinByBinMode::full)
+      throw usage_error("the tensor has hbetavariations, which fitlib does not apply yet; use --binByBinStatMode lite or --noBinByBinStat");
+    if (a.use_pseudodata && in.pseudodata_names.empty()) throw usage_error("--pseudoData: the tensor has no pseudodata sets");
+    for (const auto& p : a.pseudodata)
+      if (std::find(in.pseudodata_names.begin(), in.pseudodata_names.end(), p) == in.pseudodata_names.end())
+        throw usage_error("--pseudoData names '" + p + "', which is not a pseudodata set of the tensor");
+    adjust_model(in.model, a);
+    const double read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!a.quiet)
+      std::fprintf(stderr, "fitlib-fit: read %s (%s, %td bins + %td masked, %td processes, %td systematics) in %.3f s\n", a.input.c_str(),
+                   in.sparse ? "sparse" : "dense", in.model.nbins(), in.model.nbins_full() - in.model.nbins(), in.model.nprocs(),
+                   in.model.nsyst(), read_seconds);
+
+    auto model = std::make_shared<const Model>(std::move(in.model));
+    std::vector<io::FitRecord> fits;
+    if (model->sparse) {
+      SparseSerialLikelihood lik(model, {}, lo);
+      fits = run_with_method(lik, a, in);
+    } else {
+      SerialLikelihood lik(model, {}, lo);
+      fits = run_with_method(lik, a, in);
+    }
+
+    io::RunInfo run;
+    run.input_path = a.input;
+    run.input_sha256 = in.sha256;
+    for (int i = 0; i < argc; ++i) run.command_line += (i ? " " : "") + std::string(argv[i]);
+    run.options = options_json(a);
+    io::write_results(a.output, run, fits);
+    if (a.json) io::write_results_json(std::filesystem::path(a.output).replace_extension(".json").string(), run, fits);
+    for (const auto& f : fits) print_summary(*model, f);
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("\nwrote %s%s; total %.3f s\n", a.output.c_str(), a.json ? " and its .json summary" : "", total);
+    bool all_converged = true;
+    for (const auto& f : fits) all_converged = all_converged && f.result.converged();
+    return all_converged ? 0 : 3;
+  } catch (const fitlib::error& e) {
+    std::fprintf(stderr, "fitlib-fit: error: %s\n", e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "fitlib-fit: error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -26,5 +26,8 @@
 #include "fitlib/minimize/reparametrized.hpp"
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/postfit/covariance.hpp"
+#include "fitlib/postfit/gof.hpp"
+#include "fitlib/postfit/impacts.hpp"
+#include "fitlib/postfit/scan.hpp"
 #include "fitlib/replica/random.hpp"
 #include "fitlib/replica/pseudo_data.hpp"

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: MIT
+// Results files: every fit of a run (parameters, covariance, impacts, scans, goodness of fit) as
+// plain HDF5 and as a JSON summary; the layout is documented in docs/results-format.md.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fitlib/io/hdf5.hpp"
+#include "fitlib/minimize/fit.hpp"
+#include "fitlib/postfit/gof.hpp"
+#include "fitlib/postfit/impacts.hpp"
+#include "fitlib/postfit/scan.hpp"
+#include "fitlib/version.hpp"
+
+namespace fitlib::io {
+
+/// Version of the results layout (docs/results-format.md); bumped when a reader would need to change.
+inline constexpr std::int64_t results_format_version = 1;
+
+/// One fit of a run and what was computed after it.
+struct FitRecord {
+  std::string name;  ///< "asimov", "data", "toy<i>", or a pseudodata set's name
+  FitResult result;
+  double nll_full = std::numeric_limits<double>::quiet_NaN();  ///< reduced NLL + nll_constant
+  std::optional<SaturatedGof> gof;
+  std::optional<Impacts> impacts, global_impacts;
+  std::vector<Scan> scans;
+  std::vector<double> bin_by_bin;         ///< β̂ `[nbins × bin_by_bin_per_bin]`, or empty
+  index_t bin_by_bin_per_bin = 0;
+  std::vector<std::string> blinded;       ///< parameters reported in blinded coordinates
+  double minimize_seconds = 0, postfit_seconds = 0, total_seconds = 0;
+};
+
+/// What describes the whole run.
+struct RunInfo {
+  std::string input_path, input_sha256, command_line;
+  nlohmann::json options = nlohmann::json::object();
+};
+
+namespace detail {
+
+inline nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+inline nlohmann::json finite_or_null(const std::vector<double>& v) {
+  nlohmann::json a = nlohmann::json::array();
+  for (double x : v) a.push_back(finite_or_null(x));
+  return a;
+}
+
+inline std::vector<std::string> status_names(const std::vector<FitStatus>& s) {
+  std::vector<std::string> out;
+  for (FitStatus f : s) out.emplace_back(to_string(f));
+  return out;
+}
+
+inline void write_impacts(const hdf5::Location& fit, const std::string& name, const Impacts& imp) {
+  const hdf5::Location g = hdf5::create_group(fit, name);
+  hdf5::write_strings(g, "targets", imp.targets);
+  hdf5::write_strings(g, "sources", imp.sources);
+  hdf5::write(g, "values", std::span<const double>(imp.values), {imp.targets.size(), imp.sources.size()});
+  hdf5::write_strings(g, "groups", imp.groups);
+  hdf5::write(g, "grouped", std::span<const double>(imp.grouped), {imp.targets.size(), imp.groups.size()});
+}
+
+inline nlohmann::json impacts_json(const Impacts& imp) {
+  nlohmann::json j;
+  for (std::size_t t = 0; t < imp.targets.size(); ++t) {
+    nlohmann::json per, grouped;
+    for (std::size_t s = 0; s < imp.sources.size(); ++s)
+      if (imp.value(t, s) != 0) per[imp.sources[s]] = finite_or_null(imp.value(t, s));
+    for (std::size_t g = 0; g < imp.groups.size(); ++g) grouped[imp.groups[g]] = finite_or_null(imp.group(t, g));
+    j[imp.targets[t]] = {{"parameters", per}, {"groups", grouped}};
+  }
+  return j;
+}
+
+/// Correlations from a covariance (`[n × n]` column-major); 0 where a variance is 0, NaN if unknown.
+inline std::vector<double> correlation(const std::vector<double>& cov, std::size_t n) {
+  std::vector<double> r(cov.size());
+  for (std::size_t j = 0; j < n; ++j)
+    for (std::size_t i = 0; i < n; ++i) {
+      const double d = cov[i + i * n] * cov[j + j * n];
+      r[i + j * n] = i == j ? (cov[i + i * n] > 0 ? 1.0 : 0.0) : d > 0 ? cov[i + j * n] / std::sqrt(d) : (std::isnan(d) ? d : 0.0);
+    }
+  return r;
+}
+
+}  // namespace detail
+
+/// Writes the run to `path` (created or truncated) in the layout of docs/results-format.md.
+inline void write_results(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits) {
+  const hdf5::File file = hdf5::File::create(path);
+  hdf5::write_attribute(file, "fitlib_version", std::string(FITLIB_VERSION_STRING));
+  hdf5::write_attribute(file, "format_version", results_format_version);
+  hdf5::write_attribute(file, "input_path", run.input_path);
+  hdf5::write_attribute(file, "input_sha256", run.input_sha256);
+  hdf5::write_attribute(file, "command_line", run.command_line);
+  hdf5::write_attribute(file, "options", run.options.dump());
+  std::vector<std::string> names;
+  for (const FitRecord& f : fits) names.push_back(f.name);
+  hdf5::write_strings(file, "fits", names);
+  for (const FitRecord& f : fits) {
+    const FitResult& r = f.result;
+    const std::size_t n = r.x.size();
+    const hdf5::Location g = hdf5::create_group(file, f.name);
+    hdf5::write_attribute(g, "status", std::string(to_string(r.status)));
+    hdf5::write_attribute(g, "converged", std::int64_t{r.converged() ? 1 : 0});
+    hdf5::write_attribute(g, "covariance_status", std::string(to_string(r.covariance_status)));
+    hdf5::write_attribute(g, "nll_reduced", r.nll);
+    hdf5::write_attribute(g, "nll_full", f.nll_full);
+    hdf5::write_attribute(g, "edm", r.edm);
+    hdf5::write_attribute(g, "iterations", static_cast<std::int64_t>(r.iterations));
+    hdf5::write_attribute(g, "minimize_seconds", f.minimize_seconds);
+    hdf5::write_attribute(g, "postfit_seconds", f.postfit_seconds);
+    hdf5::write_attribute(g, "total_seconds", f.total_seconds);
+    hdf5::write_strings(g, "parameters", r.names);
+    hdf5::write(g, "prefit", std::span<const double>(r.x0));
+    hdf5::write(g, "postfit", std::span<const double>(r.x));
+    hdf5::write(g, "uncertainty", std::span<const double>(r.uncertainties));
+    hdf5::write(g, "gradient", std::span<const double>(r.gradient));
+    std::vector<std::int64_t> frozen(r.frozen.begin(), r.frozen.end());
+    hdf5::write(g, "frozen", std::span<const std::int64_t>(frozen));
+    hdf5::write_strings(g, "blinded", f.blinded);
+    if (r.covariance.size() == n * n) {  // symmetric: column-major reads the same as row-major
+      hdf5::write(g, "covariance", std::span<const double>(r.covariance), {n, n});
+      const std::vector<double> corr = detail::correlation(r.covariance, n);
+      hdf5::write(g, "correlation", std::span<const double>(corr), {n, n});
+    }
+    if (!f.bin_by_bin.empty())
+      hdf5::write(g, "bin_by_bin_beta", std::span<const double>(f.bin_by_bin),
+            {f.bin_by_bin.size() / static_cast<std::size_t>(f.bin_by_bin_per_bin), static_cast<std::size_t>(f.bin_by_bin_per_bin)});
+    if (f.gof) {
+      const hdf5::Location s = hdf5::create_group(g, "saturated_gof");
+      hdf5::write_attribute(s, "chi2", f.gof->chi2);
+      hdf5::write_attribute(s, "ndf", static_cast<std::int64_t>(f.gof->ndf));
+      hdf5::write_attribute(s, "p_value", f.gof->p_value);
+    }
+    if (f.impacts) detail::write_impacts(g, "impacts", *f.impacts);
+    if (f.global_impacts) detail::write_impacts(g, "global_impacts", *f.global_impacts);
+    for (const Scan& s : f.scans) {
+      const hdf5::Location sg = hdf5::create_group(g, "scans/" + s.parameter);
+      hdf5::write(sg, "values", std::span<const double>(s.values));
+      hdf5::write(sg, "dnll", std::span<const double>(s.dnll));
+      hdf5::write_strings(sg, "status", detail::status_names(s.status));
+    }
+  }
+}
+
+/// The JSON summary of the run. The covariance is included up to `max_covariance_parameters`
+/// parameters (the HDF5 file always has it).
+inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitRecord>& fits, std::size_t max_covariance_parameters = 500) {
+  nlohmann::json j;
+  j["fitlib_version"] = FITLIB_VERSION_STRING;
+  j["format_version"] = results_format_version;
+  j["input"] = {{"path", run.input_path}, {"sha256", run.input_sha256}};
+  j["command_line"] = run.command_line;
+  j["options"] = run.options;
+  j["fits"] = nlohmann::json::array();
+  for (const FitRecord& f : fits) {
+    const FitResult& r = f.result;
+    nlohmann::json fj;
+    fj["name"] = f.name;
+    fj["status"] = std::string(to_string(r.status));
+    fj["converged"] = r.converged();
+    fj["covariance_status"] = std::string(to_string(r.covariance_status));
+    fj["nll_reduced"] = detail::finite_or_null(r.nll);
+    fj["nll_full"] = detail::finite_or_null(f.nll_full);
+    fj["edm"] = detail::finite_or_null(r.edm);
+    fj["iterations"] = r.iterations;
+    fj["evaluations"] = {{"values", r.counts.values}, {"gradients", r.counts.gradients}, {"hvps", r.counts.hvps}, {"hessians", r.counts.hessians}};
+    fj["blinded"] = f.blinded;
+    fj["parameters"] = nlohmann::json::array();
+    for (std::size_t i = 0; i < r.x.size(); ++i)
+      fj["parameters"].push_back({{"name", r.names[i]},
+                                  {"prefit", detail::finite_or_null(r.x0[i])},
+                                  {"postfit", detail::finite_or_null(r.x[i])},
+                                  {"uncertainty", detail::finite_or_null(r.uncertainties[i])},
+                                  {"frozen", static_cast<bool>(r.frozen[i])}});
+    if (r.x.size() <= max_covariance_parameters && r.covariance.size() == r.x.size() * r.x.size())
+      fj["covariance"] = detail::finite_or_null(r.covariance);
+    if (f.gof) fj["saturated_gof"] = {{"chi2", detail::finite_or_null(f.gof->chi2)}, {"ndf", f.gof->ndf}, {"p_value", detail::finite_or_null(f.gof->p_value)}};
+    if (f.impacts) fj["impacts"] = detail::impacts_json(*f.impacts);
+    if (f.global_impacts) fj["global_impacts"] = detail::impacts_json(*f.global_impacts);
+    for (const Scan& s : f.scans)
+      fj["scans"][s.parameter] = {{"values", detail::finite_or_null(s.values)}, {"dnll", detail::finite_or_null(s.dnll)}, {"status", detail::status_names(s.status)}};
+    fj["timing"] = {{"minimize_seconds", f.minimize_seconds}, {"postfit_seconds", f.postfit_seconds}, {"total_seconds", f.total_seconds}};
+    j["fits"].push_back(fj);
+  }
+  return j;
+}
+
+/// Writes `results_json` to `path`, indented.
+inline void write_results_json(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits) {
+  std::ofstream out(path);
+  if (!out) throw file_error("cannot write the JSON summary '" + path + "'; check that its directory exists and is writable");
+  out << results_json(run, fits).dump(1) << '\n';
+  if (!out) throw file_error("writing the JSON summary '" + path + "' failed (disk full?)");
+}
+
+}  // namespace fitlib::io
