@@ -19,9 +19,12 @@ configure: deps
 build: configure
 	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS)
 
+# The demo: fitlib-fit on the analysis tensor shipped in examples/data/ (written by
+# examples/write_demo_tensor.cpp), with impacts; results in $(BUILD_DIR)/demo_results.{hdf5,json}.
 demo: configure
-	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS) --target fitlib-demo
-	./$(BUILD_DIR)/examples/fitlib-demo
+	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS) --target fitlib-fit
+	./$(BUILD_DIR)/apps/fitlib-fit/fitlib-fit examples/data/demo_analysis.hdf5 -t 0 --unblind --doImpacts --globalImpacts \
+	  --scan signal --scanPoints 7 -o $(BUILD_DIR)/demo_results.hdf5 --json
 
 test: build
 	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)

@@ -90,7 +90,10 @@ inline fitlib::Model demo_analysis(bool asimov = false) {
   };
   mb.set_data("signal_region", fluctuate({sig, tt, wj, qcd}, 1.1, 0));
   mb.set_data("control_region", fluctuate({std::vector<double>(static_cast<std::size_t>(ncr), 0.0), tt_cr, wj_cr}, 1.0, 1));
-  return mb.build();
+  fitlib::Model m = mb.build();
+  // Groups for grouped impacts (indices in the order the systematics were added above).
+  m.groups = {{"luminosity", {0}}, {"experimental", {3, 4}}, {"theory", {1, 6}}, {"background", {2, 5}}};
+  return m;
 }
 
 }  // namespace fitlib::examples

@@ -286,7 +286,7 @@ std::vector<io::FitRecord> run_with_method(Lik& lik, const Args& a, const io::Ra
 
 // ---- the summary on stdout -------------------------------------------------------------------
 
-void print_summary(const Model& m, const io::FitRecord& f) {
+void print_summary(const Model& m, const io::FitRecord& f, bool squared_poi_off) {
   const FitResult& r = f.result;
   std::printf("\n== %s: %s; NLL %.10g (full %.10g), EDM %.3g, %td iterations, covariance %s\n", f.name.c_str(),
               std::string(to_string(r.status)).c_str(), r.nll, f.nll_full, r.edm, r.iterations,
@@ -295,7 +295,10 @@ void print_summary(const Model& m, const io::FitRecord& f) {
   std::printf("   %-32s %14s %12s\n", "parameter of interest", "fitted", "uncertainty");
   for (index_t t : impact_targets(m)) {
     const auto i = static_cast<std::size_t>(t);
-    std::printf("   %-32s %14.6g %12.6g\n", r.names[i].c_str(), r.x[i], r.uncertainties[i]);
+    std::printf("   %-32s %14.6g %12.6g", r.names[i].c_str(), r.x[i], r.uncertainties[i]);
+    // Squared POIs (the default) store √μ: show μ = x² and its propagated uncertainty 2|x|σ too.
+    if (t < m.npoi() && !squared_poi_off) std::printf("   (μ = %.6g ± %.6g)", r.x[i] * r.x[i], 2 * std::abs(r.x[i]) * r.uncertainties[i]);
+    std::printf("\n");
   }
   // Pulls (θ̂ − θ₀)·√w and constraints σ·√w of the constrained nuisances, largest pulls first.
   std::vector<std::size_t> order;
@@ -385,7 +388,7 @@ int main(int argc, char** argv) {
   auto* scan = app.add_option("--scan", a.scan, "profile-likelihood scans of these parameters (none = POIs and NOIs)")->expected(0, -1);
   app.add_option("--scanPoints", a.scan_points, "points per scan")->capture_default_str();
   app.add_option("--scanRange", a.scan_range, "scan half-width in postfit σ")->capture_default_str();
-  auto* unblind = app.add_option("--unblind", a.unblind, "show blinded POIs/NOIs of data fits: all, or those matching the names/regexes")
+  auto* unblind = app.add_option("--unblind", a.unblind, "data fits report POIs and NOIs blinded (fixed, name-seeded offsets) unless unblinded here: no values = all, else the names/regexes given")
                       ->expected(0, -1);
   app.add_option("--threads", a.threads, "threads (fitlib-fit evaluates on one thread until thread shards land)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -446,7 +449,7 @@ int main(int argc, char** argv) {
     run.options = options_json(a);
     io::write_results(a.output, run, fits);
     if (a.json) io::write_results_json(std::filesystem::path(a.output).replace_extension(".json").string(), run, fits);
-    for (const auto& f : fits) print_summary(*model, f);
+    for (const auto& f : fits) print_summary(*model, f, a.allow_negative_poi);
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("\nwrote %s%s; total %.3f s\n", a.output.c_str(), a.json ? " and its .json summary" : "", total);
     bool all_converged = true;

@@ -124,7 +124,7 @@ class TrustRegion {
       return;
     }
     new_iterate(f, s);
-    if (s.gradient_norm < opts_.gtol) s.status = FitStatus::converged_gtol;
+    if (stationary(s)) s.status = FitStatus::converged_gtol;
   }
 
   /// One outer iteration (trust-region.md §1.5); returns the status, `running` to go on.
@@ -177,7 +177,7 @@ class TrustRegion {
     it.gradient_norm = s.gradient_norm;
     it.elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.start).count();
 
-    if (s.gradient_norm < opts_.gtol) return s.status = FitStatus::converged_gtol;
+    if (stationary(s)) return s.status = FitStatus::converged_gtol;
     // An accepted step off the boundary that predicted a decrease below edm_tol: a truncated Krylov
     // step only bounds the EDM from below, so confirm with the EDM of the new point itself.
     if (it.accepted && !sp.hits_boundary && predicted < opts_.edm_tol) {
@@ -214,6 +214,10 @@ class TrustRegion {
   }
 
  private:
+  /// ‖g‖ < gtol, or an exactly zero gradient whatever gtol (gtol = 0 would otherwise run on to a
+  /// zero predicted decrease at a start that is already the minimum, e.g. an Asimov fit).
+  bool stationary(const state_type& s) const { return s.gradient_norm < opts_.gtol || s.gradient_norm == 0; }
+
   template <objective F>
   static void evaluate(F& f, std::span<const double> x, double& value, std::span<double> g, EvaluationCounts& counts) {
     const index_t n = static_cast<index_t>(x.size());
