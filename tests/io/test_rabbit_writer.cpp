@@ -7,6 +7,7 @@
 #include "fitlib/fit.hpp"
 #include "fitlib/io/rabbit.hpp"
 #include "fitlib/io/rabbit_writer.hpp"
+#include "demo_analysis.hpp"
 #include "random_model.hpp"
 
 using namespace fitlib;
@@ -87,4 +88,20 @@ TEST_CASE("io: write_rabbit refuses what rabbit tensors cannot hold", "[io]") {
   Model m = rich_model(false);
   m.theta0[3] = 0.5;
   CHECK_THROWS_WITH(io::write_rabbit(temp_path("bad.hdf5"), m), Catch::Contains("constraint centres"));
+}
+
+TEST_CASE("io: the shipped demo tensor is the demo analysis", "[io]") {
+  // examples/data/demo_analysis.hdf5 is written by examples/write_demo_tensor.cpp; rerun it when
+  // demo_analysis.hpp changes.
+  const io::RabbitTensor in = io::read_rabbit(std::string(FITLIB_TEST_DATA_DIR) + "/../../examples/data/demo_analysis.hdf5");
+  const Model m = examples::demo_analysis();
+  const Model& r = in.model;
+  CHECK(r.parameter_names() == m.parameter_names());
+  CHECK(r.nominal == m.nominal);
+  CHECK(r.logk == m.logk);
+  CHECK(r.data == m.data);
+  CHECK(r.sumw2 == m.sumw2);
+  CHECK(r.constraint_weights == m.constraint_weights);
+  REQUIRE(r.groups.size() == m.groups.size());
+  for (std::size_t g = 0; g < m.groups.size(); ++g) CHECK(r.groups[g].members == m.groups[g].members);
 }
