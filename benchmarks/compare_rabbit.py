@@ -1,0 +1,708 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# Runs rabbit (WMass/rabbit, PyPI rabbit-fit) and fitlib-fit on the same input tensors and prints them side by side.
+"""Side-by-side comparison of fitlib-fit with rabbit, the TensorFlow fitter it replaces.
+
+    python3 benchmarks/compare_rabbit.py [--quick] [--threads 1] [--fitlib build/apps/fitlib-fit/fitlib-fit]
+                                         [--keep DIR [--reuse-rabbit]] [--only REGEX] [--out FILE]
+    python3 benchmarks/compare_rabbit.py --write-fixture tests/data/rabbit_fixture
+
+Creates (or reuses) the virtual environment `.venv-rabbit` in the repository root with the pinned
+packages of benchmarks/rabbit/requirements.txt (rabbit-fit, TensorFlow, hdf5plugin, h5py, hist,
+numpy, ...) and re-executes itself inside it. Then:
+
+1. writes input tensors with rabbit's own TensorWriter: rabbit's test tensor (its
+   tests/make_tensor.py, shipped in the wheel; dense asymmetric, plus --sparse and --symmetrizeAll
+   variants) and a grid of synthetic analyses (bins x systematics, 8 processes, log-normal
+   systematics, MC-stat variances), dense, plus one sparse variant. Numeric datasets are stored
+   with Blosc2 (filter 32026, as rabbit's current TensorWriter does; --compression gzip keeps
+   rabbit-fit 0.2.5's own gzip output);
+2. fits each tensor with rabbit and with fitlib-fit in two configurations, "bb" (default
+   bin-by-bin statistics) and "nobb" (--noBinByBinStat), both on data (-t 0 --unblind), with the
+   same thread count (TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS / OMP_NUM_THREADS for
+   TensorFlow and BLAS, --threads for fitlib-fit), timing each whole process; HDF5_PLUGIN_PATH
+   points both at hdf5plugin's filters;
+3. compares fitlib's JSON summary (RESULT.json next to RESULT.hdf5) with rabbit's output and
+   prints one line per (tensor, configuration): bins, systematics, max |dx|/sigma, max |dsigma|/sigma
+   (sigma = rabbit's uncertainty), |dNLL|, both wall times and their ratio, PASS/FAIL against
+   |dx|/sigma < 1e-4, |dsigma|/sigma < 1e-4, |dNLL| < 1e-6; a missing or failing fitlib-fit is a
+   FAIL of that row with its error. The last line is `min_speedup_vs_rabbit=<number>`.
+
+--write-fixture DIR writes the small test fixture instead: rabbit's test tensor (dense and sparse,
+each Blosc2- and gzip-compressed) and rabbit_results.json with rabbit's fits of it, plus README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HELPERS = ROOT / "benchmarks" / "rabbit"
+REQUIREMENTS = HELPERS / "requirements.txt"
+DEFAULT_VENV = ROOT / ".venv-rabbit"
+DEFAULT_FITLIB = "build/apps/fitlib-fit/fitlib-fit"
+STAMP = ".compare_rabbit_requirements.sha256"
+
+GRID_BINS = (100, 1000, 10000)
+GRID_SYSTS = (10, 100, 1000)
+SPARSE_POINT = (10000, 1000)
+CONFIGS = ("bb", "nobb")
+TARGET_DX, TARGET_DSIGMA, TARGET_DNLL = 1e-4, 1e-4, 1e-6
+THREAD_VARS = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+               "MKL_NUM_THREADS")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="See the module docstring (head of this file) for what is run.")
+    p.add_argument("--quick", action="store_true", help="only rabbit's test tensor and the smallest grid point")
+    p.add_argument("--threads", type=int, default=1, help="threads for both fitters (default 1)")
+    p.add_argument("--fitlib", default=DEFAULT_FITLIB,
+                   help=f"path of the fitlib-fit binary, relative to the repository root (default {DEFAULT_FITLIB})")
+    p.add_argument("--keep", metavar="DIR", help="keep tensors and results in DIR (and reuse tensors found there)")
+    p.add_argument("--reuse-rabbit", action="store_true",
+                   help="with --keep: reuse rabbit results found in DIR for the same tensor and thread count")
+    p.add_argument("--only", metavar="REGEX", default="",
+                   help="run only rows whose name (e.g. rabbit_test/bb, synth_b1000_s100/nobb) matches REGEX (re.search)")
+    p.add_argument("--out", metavar="FILE", help="write the table (and environment) as JSON to FILE")
+    p.add_argument("--grid", metavar="BxS,...", default="",
+                   help="grid points to run instead of the default bins {100,1000,10000} x systs {10,100,1000}")
+    p.add_argument("--sparse-point", metavar="BxS", default=f"{SPARSE_POINT[0]}x{SPARSE_POINT[1]}",
+                   help="grid point also written with sparse=True ('' for none; default %(default)s)")
+    p.add_argument("--compression", choices=("blosc2", "gzip"), default="blosc2",
+                   help="numeric datasets of the tensors: blosc2 (rabbit's current writer, default) or gzip "
+                        "(what rabbit-fit 0.2.5's TensorWriter writes)")
+    p.add_argument("--rabbit-timeout", type=float, default=1800, help="seconds before a rabbit run is abandoned")
+    p.add_argument("--fitlib-timeout", type=float, default=1800, help="seconds before a fitlib-fit run is abandoned")
+    p.add_argument("--write-fixture", metavar="DIR", help="write the rabbit fixture for `make test` into DIR and exit")
+    p.add_argument("--venv", default=str(DEFAULT_VENV), help="virtual environment to create/use (default %(default)s)")
+    p.add_argument("--strict", action="store_true", help="exit with status 1 if any row FAILs")
+    return p.parse_args()
+
+
+# --------------------------------------------------------------------------------------------
+# The virtual environment.
+
+def in_venv(venv: Path) -> bool:
+    return Path(sys.prefix).resolve() == venv.resolve()
+
+
+def ensure_venv_and_reexec(args: argparse.Namespace) -> None:
+    """Creates the venv and installs the pinned requirements if they changed since the last
+    install (a hash of requirements.txt is stamped into the venv), then re-executes this script
+    inside it."""
+    venv = Path(args.venv).resolve()
+    if in_venv(venv):
+        return
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"== creating virtual environment {venv}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    want = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+    stamp = venv / STAMP
+    if not stamp.exists() or stamp.read_text().strip() != want:
+        print(f"== installing {REQUIREMENTS.relative_to(ROOT)} into {venv} (TensorFlow: a few minutes)", flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)], check=True)
+        stamp.write_text(want + "\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    sys.stdout.flush()
+    os.execve(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]], env)
+
+
+def versions() -> dict:
+    """Versions of the packages that matter for the comparison."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": sys.version.split()[0]}
+    for dist in ("rabbit-fit", "tensorflow", "tensorflow-probability", "tf-keras", "numpy", "scipy", "wums", "h5py",
+                 "hdf5plugin", "hist", "boost-histogram"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def fitter_env(threads: int, plugin_path: bool) -> dict:
+    """Environment of a fitter process: the thread counts and, for fitlib-fit, HDF5_PLUGIN_PATH =
+    hdf5plugin's filter directory (Blosc2). rabbit must not get HDF5_PLUGIN_PATH: its h5py already
+    registers hdf5plugin's filters on import, and the dynamically loaded second copy makes
+    writing the Blosc-compressed result pickle fail ("error during user callback")."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1", CUDA_VISIBLE_DEVICES="")
+    env.pop("HDF5_PLUGIN_PATH", None)
+    if plugin_path:
+        import hdf5plugin
+
+        env["HDF5_PLUGIN_PATH"] = hdf5plugin.PLUGINS_PATH
+    for var in THREAD_VARS:
+        env[var] = str(threads)
+    return env
+
+
+def busy_cores(interval: float = 0.3) -> float | None:
+    """Cores kept busy by other processes, from /proc/stat over `interval` seconds (None off Linux)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+
+    try:
+        t0, i0 = sample()
+        time.sleep(interval)
+        t1, i1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return (os.cpu_count() or 1) * (1.0 - (i1 - i0) / max(t1 - t0, 1))
+
+
+def run_timed(cmd: list[str], env: dict, log: Path, timeout: float) -> tuple[int | None, float, float, str]:
+    """Runs cmd with stdout+stderr to `log`; returns (exit code or None on timeout, wall seconds,
+    CPU seconds (user+sys of the child), error text). CPU ≈ wall means one busy thread. Warns when
+    other processes keep the cores busy just before the run (their timings would be disturbed)."""
+    busy = busy_cores()
+    if busy is not None and busy > 0.3:
+        print(f"   (other processes busy on {busy:.1f} cores before {Path(cmd[0]).name}: timings may be disturbed)",
+              flush=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    rc, err = None, ""
+    try:
+        with open(log, "w") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        err = f"timed out after {timeout:.0f} s"
+    except OSError as ex:
+        err = f"could not run {cmd[0]}: {ex}"
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if rc not in (None, 0):
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.exists() else []
+        err = f"exit code {rc}: {lines[-1][:300] if lines else 'no output'} (log: {log})"
+    return rc, wall, cpu, err
+
+
+# --------------------------------------------------------------------------------------------
+# Tensors.
+
+def tensor_specs(args: argparse.Namespace) -> list[dict]:
+    """The tensors to fit, in order: name, kind ("test" or "synthetic") and generation parameters."""
+    specs = [dict(name="rabbit_test", kind="test", sparse=False, symmetrize_all=False)]
+    if not args.quick:
+        specs += [dict(name="rabbit_test_sparse", kind="test", sparse=True, symmetrize_all=False),
+                  dict(name="rabbit_test_symmetric", kind="test", sparse=False, symmetrize_all=True)]
+    if args.grid:
+        points = [tuple(int(v) for v in item.lower().split("x")) for item in args.grid.split(",") if item]
+    elif args.quick:
+        points = [(GRID_BINS[0], GRID_SYSTS[0])]
+    else:
+        points = [(b, s) for b in GRID_BINS for s in GRID_SYSTS]
+    for b, s in points:
+        specs.append(dict(name=f"synth_b{b}_s{s}", kind="synthetic", nbins=b, nsyst=s, sparse=False))
+    if args.sparse_point and not args.quick:
+        b, s = (int(v) for v in args.sparse_point.lower().split("x"))
+        specs.append(dict(name=f"synth_b{b}_s{s}_sparse", kind="synthetic", nbins=b, nsyst=s, sparse=True))
+    return specs
+
+
+def produce_tensor(spec: dict, tensor_dir: Path, compression: str, rabbit_version: str) -> Path:
+    """Writes (or, if an identical one is already there, reuses) the tensor of `spec`."""
+    import tensors
+
+    path = tensor_dir / f"{spec['name']}.hdf5"
+    want = dict(spec, compression=compression, rabbit_fit=rabbit_version)
+    if tensors.read_sidecar(path) == want:
+        print(f"   reusing {path}", flush=True)
+        return path
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=tensor_dir) as tmp:
+        raw = Path(tmp) / "raw.hdf5"
+        if spec["kind"] == "test":
+            raw = tensors.write_test_tensor(Path(tmp), "raw", sparse=spec["sparse"], symmetrize_all=spec["symmetrize_all"])
+        else:
+            tensors.write_synthetic(raw, spec["nbins"], spec["nsyst"], sparse=spec["sparse"])
+        if compression == "gzip":
+            shutil.move(raw, path)
+        else:
+            tensors.recompress(raw, path, compression)
+    tensors.write_sidecar(path, want)
+    print(f"   wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, {time.perf_counter() - t0:.1f} s)", flush=True)
+    return path
+
+
+def tensor_shape(path: Path) -> dict:
+    """Unmasked bins, all bins, processes, systematics and storage of a tensor file."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        sparse = "hnorm" not in f
+        norm_shape = f["hnorm_sparse"].attrs["dense_shape"] if sparse else f["hnorm"].attrs["original_shape"]
+        return dict(bins=int(f["hdata_obs"].shape[0]), bins_full=int(norm_shape[0]), procs=int(norm_shape[1]),
+                    systs=int(f["hsysts"].shape[0]), sparse=sparse)
+
+
+# --------------------------------------------------------------------------------------------
+# rabbit.
+
+def rabbit_command(tensor: Path, outdir: Path, config: str) -> list[str]:
+    """rabbit's command line for a data fit (-t 0 --unblind) with default options; -v 4 only adds
+    debug logging, from which the per-fit time and the iterations are read."""
+    exe = Path(sys.prefix) / "bin" / "rabbit_fit"
+    cmd = [str(exe), str(tensor), "-t", "0", "--unblind", "-o", str(outdir), "--outname", "fitresults.hdf5",
+           "-v", "4", "--noColorLogger"]
+    if config == "nobb":
+        cmd.append("--noBinByBinStat")
+    return cmd
+
+
+def parse_rabbit_log(text: str) -> dict:
+    """Timing and minimiser information from rabbit's debug log."""
+    def number(pattern):
+        m = re.search(pattern, text)
+        return float(m.group(1)) if m else None
+
+    losses = re.findall(r"Iteration (\d+): loss value (\S+)", text)
+    msg = re.search(r"message: (.*)", text)
+    # scipy's trust-krylov with gtol=0 may stop improving long before it stops iterating (NaN trial
+    # steps are neither accepted nor end the loop, so it runs to maxiter = 200 * len(x)); the
+    # iteration at which the final loss was first reached tells how long the real fit took
+    reached = next((int(i) + 1 for i, v in losses if v == losses[-1][1]), None) if losses else None
+    return dict(total_seconds=number(r"([\d.]+) seconds total time"),
+                init_seconds=number(r"([\d.]+) seconds initialization time"),
+                fit_seconds=number(r"([\d.]+) seconds for fit\b"),
+                iterations=int(losses[-1][0]) + 1 if losses else None,
+                iterations_to_final_loss=reached,
+                minimizer_message=msg.group(1).strip() if msg else None,
+                hit_maxiter=bool(msg and "Maximum number of iterations" in msg.group(1)))
+
+
+def run_rabbit(tensor: Path, outdir: Path, config: str, threads: int, timeout: float) -> dict:
+    """Runs rabbit once and extracts its data fit; never raises (errors go to 'error')."""
+    import results
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    out = outdir / "fitresults.hdf5"
+    if out.exists():
+        out.unlink()
+    cmd = rabbit_command(tensor, outdir, config)
+    rc, wall, cpu, err = run_timed(cmd, fitter_env(threads, plugin_path=False), outdir / "rabbit.log", timeout)
+    row = dict(command=cmd, wall_seconds=wall, cpu_seconds=cpu, threads=threads, error=err or None)
+    if (outdir / "rabbit.log").exists():
+        row.update(parse_rabbit_log((outdir / "rabbit.log").read_text(errors="replace")))
+    if rc == 0:
+        try:
+            row["fit"] = results.read_rabbit(out, "data")
+        except Exception as ex:  # noqa: BLE001 - report, don't crash
+            row["error"] = f"reading {out}: {type(ex).__name__}: {ex}"
+    return row
+
+
+def rabbit_cached(outdir: Path, tensor_sha: str, config: str, threads: int) -> dict | None:
+    summary = outdir / "summary.json"
+    if not summary.exists():
+        return None
+    try:
+        row = json.loads(summary.read_text())
+    except json.JSONDecodeError:
+        return None
+    ok = row.get("tensor_sha256") == tensor_sha and row.get("config") == config and row.get("threads") == threads
+    return row if ok and not row.get("error") else None
+
+
+# --------------------------------------------------------------------------------------------
+# fitlib.
+
+def fitlib_command(exe: Path, tensor: Path, result: Path, config: str, threads: int) -> list[str]:
+    cmd = [str(exe), str(tensor), "-t", "0", "--unblind", "-o", str(result), "--json", "--threads", str(threads)]
+    if config == "nobb":
+        cmd.append("--noBinByBinStat")
+    return cmd
+
+
+def run_fitlib(exe: Path, tensor: Path, outdir: Path, config: str, threads: int, timeout: float) -> dict:
+    """Runs fitlib-fit once and reads its JSON summary; never raises (errors go to 'error')."""
+    import results
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    result = outdir / f"{config}.hdf5"
+    summary = result.with_suffix(".json")
+    for stale in (result, summary):
+        if stale.exists():
+            stale.unlink()
+    cmd = fitlib_command(exe, tensor, result, config, threads)
+    row = dict(command=cmd, error=None)
+    if not exe.exists():
+        row["error"] = f"fitlib-fit not found at {exe} (build it, or pass --fitlib)"
+        return row
+    rc, wall, cpu, err = run_timed(cmd, fitter_env(threads, plugin_path=True), outdir / f"{config}.log", timeout)
+    row.update(wall_seconds=wall, cpu_seconds=cpu)
+    if rc != 0:
+        row["error"] = err
+        return row
+    try:
+        fit = results.read_fitlib_json(summary, "data")
+    except ValueError as ex:
+        row["error"] = str(ex)
+        return row
+    row.update(fit=fit, status=fit.get("status"), converged=fit.get("converged"),
+               total_seconds=(fit.get("timing") or {}).get("total_seconds"),
+               minimize_seconds=(fit.get("timing") or {}).get("minimize_seconds"))
+    return row
+
+
+# --------------------------------------------------------------------------------------------
+# Rows and the table.
+
+def judge(row: dict) -> None:
+    """Fills row['cmp'], row['pass'] and row['failures'] from the two sides."""
+    import results
+
+    rb, fl = row["rabbit"], row["fitlib"]
+    failures = []
+    if rb.get("error"):
+        failures.append(f"rabbit: {rb['error']}")
+    if fl.get("error"):
+        failures.append(f"fitlib: {fl['error']}")
+    if not failures:
+        try:
+            c = results.compare(rb["fit"], fl["fit"])
+            row["cmp"] = c
+            if not c["max_dx_over_sigma"] < TARGET_DX:
+                failures.append(f"|dx|/sigma={c['max_dx_over_sigma']:.2e} at {c['max_dx_param']}")
+            if not c["max_dsigma_over_sigma"] < TARGET_DSIGMA:
+                failures.append(f"|dsigma|/sigma={c['max_dsigma_over_sigma']:.2e} at {c['max_dsigma_param']}")
+            if not c["abs_dnll"] < TARGET_DNLL:
+                failures.append(f"|dNLL|={c['abs_dnll']:.2e}")
+        except (ValueError, KeyError, TypeError) as ex:
+            failures.append(f"compare: {ex}")
+        if "cmp" in row and fl.get("wall_seconds"):
+            row["speedup"] = rb["wall_seconds"] / fl["wall_seconds"]
+    row["failures"] = failures
+    row["pass"] = not failures
+
+
+def fmt_num(v, spec=".1e") -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def fmt_seconds(s) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def rabbit_iterations(rb: dict) -> str:
+    """'37', or '2800 (maxiter; final loss at 10)' when scipy spun on after the minimum."""
+    if rb.get("iterations") is None:
+        return "-"
+    if rb.get("hit_maxiter"):
+        return f"{rb['iterations']} (maxiter; final loss at {rb.get('iterations_to_final_loss')})"
+    return str(rb["iterations"])
+
+
+def row_line(row: dict) -> str:
+    c = row.get("cmp", {})
+    rb, fl = row["rabbit"], row["fitlib"]
+    speed = f"{row['speedup']:.1f}x" if row.get("speedup") else "-"
+    text = (f"{row['name']:<30s} bins={row['bins']:<6d} systs={row['systs']:<5d} "
+            f"max|dx|/s={fmt_num(c.get('max_dx_over_sigma'))} max|ds/s|={fmt_num(c.get('max_dsigma_over_sigma'))} "
+            f"|dNLL|={fmt_num(c.get('abs_dnll'))}  rabbit {fmt_seconds(rb.get('wall_seconds'))}  "
+            f"fitlib {fmt_seconds(fl.get('wall_seconds'))}  ratio {speed}  {'PASS' if row['pass'] else 'FAIL'}")
+    if row["failures"]:
+        text += "  (" + "; ".join(f[:300] for f in row["failures"]) + ")"
+    if fl.get("converged") is False:
+        text += f"  [fitlib status {fl.get('status')}]"
+    if rb.get("hit_maxiter"):
+        text += f"  [rabbit ran to maxiter: {rabbit_iterations(rb)}]"
+    return text
+
+
+def print_table(rows: list[dict]) -> None:
+    header = ("row", "bins", "systs", "max|dx|/σ", "max|dσ|/σ", "|ΔNLL|", "rabbit wall", "rabbit fit", "rabbit iters",
+              "fitlib wall", "fitlib minimize", "rabbit/fitlib", "result")
+    table = []
+    for r in rows:
+        c, rb, fl = r.get("cmp", {}), r["rabbit"], r["fitlib"]
+        table.append((r["name"], str(r["bins"]), str(r["systs"]), fmt_num(c.get("max_dx_over_sigma")),
+                      fmt_num(c.get("max_dsigma_over_sigma")), fmt_num(c.get("abs_dnll")),
+                      fmt_seconds(rb.get("wall_seconds")), fmt_seconds(rb.get("fit_seconds")),
+                      rabbit_iterations(rb), fmt_seconds(fl.get("wall_seconds")),
+                      fmt_seconds(fl.get("minimize_seconds")),
+                      f"{r['speedup']:.1f}x" if r.get("speedup") else "-", "PASS" if r["pass"] else "FAIL"))
+    widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for t in table:
+        print(line(t))
+
+
+def strip_for_json(row: dict) -> dict:
+    """The row without the bulky per-parameter arrays (kept: names of the worst parameters)."""
+    out = json.loads(json.dumps(row, default=str))
+    for side in ("rabbit", "fitlib"):
+        fit = out.get(side, {}).pop("fit", None)
+        if fit and side == "rabbit":
+            out[side]["nllvalreduced"] = fit.get("nllvalreduced")
+            out[side]["edmval"] = fit.get("edmval")
+        if fit and side == "fitlib":
+            out[side]["nll_reduced"] = fit.get("nll_reduced")
+            out[side]["edm"] = fit.get("edm")
+    return out
+
+
+def compare_main(args: argparse.Namespace) -> None:
+    import tensors
+
+    vers = versions()
+    threads = args.threads
+    print(f"== python {vers['python']}, rabbit-fit {vers['rabbit-fit']}, tensorflow {vers['tensorflow']}, "
+          f"scipy {vers['scipy']}, threads {threads}, cores {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}",
+          flush=True)
+    workdir = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="compare_rabbit_"))
+    tensor_dir = workdir / "tensors"
+    tensor_dir.mkdir(parents=True, exist_ok=True)
+    exe = (ROOT / args.fitlib).resolve() if not os.path.isabs(args.fitlib) else Path(args.fitlib)
+    only = re.compile(args.only) if args.only else None
+
+    rows = []
+    try:
+        for spec in tensor_specs(args):
+            configs = [c for c in CONFIGS if not only or only.search(f"{spec['name']}/{c}")]
+            if not configs:
+                continue
+            print(f"== {spec['name']}", flush=True)
+            try:
+                path = produce_tensor(spec, tensor_dir, args.compression, vers["rabbit-fit"])
+            except Exception as ex:  # noqa: BLE001 - a row that cannot be written is reported, not fatal
+                print(f"   could not write the tensor: {type(ex).__name__}: {ex}", flush=True)
+                for config in configs:
+                    row = dict(name=f"{spec['name']}/{config}", tensor=spec["name"], config=config, bins=0, systs=0,
+                               rabbit=dict(error=f"tensor not written: {ex}"), fitlib=dict(error="tensor not written"))
+                    judge(row)
+                    rows.append(row)
+                continue
+            shape = tensor_shape(path)
+            sha = tensors.sha256(path)
+            for config in configs:
+                name = f"{spec['name']}/{config}"
+                rdir = workdir / "rabbit" / spec["name"] / config
+                cached = rabbit_cached(rdir, sha, config, threads) if (args.keep and args.reuse_rabbit) else None
+                if cached:
+                    rb = cached
+                    print(f"   rabbit {config}: reused {rdir}", flush=True)
+                else:
+                    rb = run_rabbit(path, rdir, config, threads, args.rabbit_timeout)
+                    rb.update(tensor_sha256=sha, config=config)
+                    (rdir / "summary.json").write_text(json.dumps(rb, indent=1, default=str) + "\n")
+                    print(f"   rabbit {config}: {fmt_seconds(rb['wall_seconds'])} wall ({fmt_seconds(rb['cpu_seconds'])} "
+                          f"CPU), fit {fmt_seconds(rb.get('fit_seconds'))}, {rabbit_iterations(rb)} iterations"
+                          + (f", ERROR {rb['error']}" if rb.get("error") else ""), flush=True)
+                fl = run_fitlib(exe, path, workdir / "fitlib" / spec["name"], config, threads, args.fitlib_timeout)
+                row = dict(name=name, tensor=spec["name"], config=config, **shape, tensor_sha256=sha,
+                           rabbit=rb, fitlib=fl)
+                judge(row)
+                rows.append(row)
+                print("   " + row_line(row), flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    print()
+    for row in rows:
+        print(row_line(row))
+    print()
+    print_table(rows)
+    speedups = [r["speedup"] for r in rows if r.get("speedup")]
+    if args.out:
+        doc = dict(versions=vers, threads=threads, cores=os.cpu_count(), compression=args.compression,
+                   targets=dict(dx_over_sigma=TARGET_DX, dsigma_over_sigma=TARGET_DSIGMA, dnll=TARGET_DNLL),
+                   rows=[strip_for_json(r) for r in rows],
+                   min_speedup_vs_rabbit=min(speedups) if speedups else None)
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"\nwrote {args.out}")
+    print()
+    print(f"min_speedup_vs_rabbit={min(speedups):.3g}" if speedups else "min_speedup_vs_rabbit=nan")
+    if args.strict and not all(r["pass"] for r in rows):
+        sys.exit(1)
+
+
+# --------------------------------------------------------------------------------------------
+# The fixture for `make test`.
+
+FIXTURE_TENSORS = (
+    ("test_tensor", False, "dense, asymmetric logk [70,3,2,12]"),
+    ("test_tensor_sparse", True, "sparse (hnorm_sparse/hlogk_sparse), same model"),
+)
+
+
+def fixture_readme(doc: dict, sizes: dict) -> str:
+    """README.md of the fixture directory."""
+    lines = [
+        "# rabbit reference fixture",
+        "",
+        "Produced by",
+        "",
+        "```sh",
+        "python3 benchmarks/compare_rabbit.py --write-fixture tests/data/rabbit_fixture",
+        "```",
+        "",
+        f"with rabbit-fit {doc['versions']['rabbit-fit']} (PyPI; = WMass/rabbit tag v{doc['versions']['rabbit-fit']}), "
+        f"TensorFlow {doc['versions']['tensorflow']}, SciPy {doc['versions']['scipy']}, NumPy {doc['versions']['numpy']}, "
+        f"on {doc['threads']} thread(s). Regenerating rewrites every file here (the tensors' `meta` pickle holds a "
+        "time stamp, so the files change byte-wise, not in content).",
+        "",
+        "| file | what |",
+        "|---|---|",
+    ]
+    for name, sparse, what in FIXTURE_TENSORS:
+        lines.append(f"| `{name}.hdf5` | rabbit's test tensor ({what}) written by rabbit's own "
+                     f"`tests/make_tensor.py`{' --sparse' if sparse else ''} (TensorWriter), numeric datasets "
+                     f"re-stored with Blosc2 LZ4 (HDF5 filter 32026) as rabbit's current TensorWriter writes them"
+                     f"{' (the sparse `values` uncompressed)' if sparse else ''}; {sizes[name + '.hdf5'] // 1024} KiB |")
+        lines.append(f"| `{name}_gzip.hdf5` | the same content exactly as rabbit-fit "
+                     f"{doc['versions']['rabbit-fit']}'s TensorWriter wrote it: numeric datasets gzip level 4 "
+                     f"(filter 1); {sizes[name + '_gzip.hdf5'] // 1024} KiB |")
+    lines += [
+        "| `rabbit_results.json` | rabbit's fits of these tensors, see below |",
+        "| `README.md` | this file |",
+        "",
+        "In every tensor, strings and `hnoiidxs` are gzip-compressed and `meta/pickle_data` (a Python pickle of",
+        "the channel axes) uses Blosc v1 (filter 32001). Reading the Blosc2/Blosc files with plain libhdf5 needs",
+        "`HDF5_PLUGIN_PATH` set to the plugin directory of the `hdf5plugin` Python package",
+        "(`python -c 'import hdf5plugin; print(hdf5plugin.PLUGINS_PATH)'`); the `_gzip` files need no plugin",
+        "except for `meta/`.",
+        "",
+        "`rabbit_results.json`:",
+        "",
+        "```",
+        "{ \"versions\": {...}, \"threads\": 1,",
+        "  \"tensors\": { \"test_tensor\": { \"files\": {\"blosc2\": \"test_tensor.hdf5\", \"gzip\": \"test_tensor_gzip.hdf5\"},",
+        "                                   \"sha256\": {...}, \"bins\": 60, \"bins_full\": 70, \"procs\": 3, \"systs\": 12,",
+        "                                   \"channels\": [{\"name\", \"masked\", \"flow\", \"bins\", \"start\", \"stop\",",
+        "                                                  \"axes\": [{\"name\", \"type\", \"edges\"}]}],",
+        "                                   \"results\": { \"bb\":   { \"data\": FIT },",
+        "                                                \"nobb\": { \"data\": FIT } } },",
+        "               \"test_tensor_sparse\": {...} } }",
+        "FIT = { \"command\": [argv of rabbit_fit], \"command_line\": str,",
+        "        \"parameters\": [names], \"prefit\": [x0], \"postfit\": [x], \"uncertainty\": [sqrt(diag cov)],",
+        "        \"covariance\": [[...]], \"nllvalreduced\": float, \"edmval\": float, \"ndfsat\": int,",
+        "        \"iterations\": int, \"iterations_to_final_loss\": int, \"minimizer_message\": str }",
+        "```",
+        "",
+        "\"bb\" is rabbit's default (Barlow-Beeston lite, gamma, profiled analytically), \"nobb\" adds",
+        "`--noBinByBinStat`; both fit the observed data (`-t 0 --unblind`) with the default minimiser",
+        "(scipy trust-krylov, run to gtol=0). `postfit` is rabbit's raw fit vector: the POI `sig` is",
+        "stored as sqrt(mu) (no `--allowNegativePOI`), nuisances as theta. Parameter order = rabbit's:",
+        "POIs, then `hsysts`. The `-o <outdir>` in `command` was a temporary directory; `-v 4",
+        "--noColorLogger` only change logging. `channels` is decoded from the tensor's `meta` pickle, in file",
+        "order: rabbit-fit 0.2.5's TensorWriter puts the unmasked channels in *reverse* order of",
+        "`add_channel` calls (ch1 = bins 0-49, ch0 = bins 50-59), then the masked ones (ch0_masked = 60-69).",
+        "The dense and sparse tensors give the same fit up to rounding (|dNLL| ~ 1e-12).",
+        "",
+        "Fitted values (x, uncertainty):",
+        "",
+    ]
+    for tname, t in doc["tensors"].items():
+        for config, fits in t["results"].items():
+            fit = fits["data"]
+            lines.append(f"* `{tname}` {config}: nllvalreduced = {fit['nllvalreduced']!r}, edmval = {fit['edmval']:.3g}, "
+                         f"{fit['iterations']} iterations (final loss first reached at {fit['iterations_to_final_loss']}; "
+                         f"scipy: \"{fit['minimizer_message']}\")")
+            lines.append("")
+            lines.append("  | parameter | postfit | uncertainty |")
+            lines.append("  |---|---|---|")
+            for n, x, s in zip(fit["parameters"], fit["postfit"], fit["uncertainty"]):
+                lines.append(f"  | {n} | {x:.10g} | {s:.10g} |")
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_fixture(args: argparse.Namespace) -> None:
+    """Writes rabbit's test tensor (dense and sparse; Blosc2 and gzip), rabbit's fits of it
+    (rabbit_results.json) and README.md into the fixture directory."""
+    import tensors
+
+    outdir = Path(args.write_fixture).resolve()
+    outdir.mkdir(parents=True, exist_ok=True)
+    vers = versions()
+    doc = dict(versions=vers, threads=args.threads, tensors={},
+               note="rabbit data fits (-t 0 --unblind) of rabbit's own test tensor; see README.md")
+    sizes = {}
+    with tempfile.TemporaryDirectory(prefix="rabbit_fixture_") as tmpname:
+        tmp = Path(tmpname)
+        for name, sparse, _ in FIXTURE_TENSORS:
+            print(f"== {name}", flush=True)
+            raw = tensors.write_test_tensor(tmp, name, sparse=sparse)
+            blosc2, gzip = outdir / f"{name}.hdf5", outdir / f"{name}_gzip.hdf5"
+            shutil.copyfile(raw, gzip)
+            tensors.recompress(raw, blosc2, "blosc2")
+            if not tensors.same_content(blosc2, gzip):
+                sys.exit(f"compare_rabbit.py: {blosc2} and {gzip} differ in content")
+            for f in (blosc2, gzip):
+                sizes[f.name] = f.stat().st_size
+            entry = dict(files=dict(blosc2=blosc2.name, gzip=gzip.name),
+                         sha256={blosc2.name: tensors.sha256(blosc2), gzip.name: tensors.sha256(gzip)},
+                         **tensor_shape(blosc2), channels=tensors.channel_layout(blosc2), results={})
+            for config in CONFIGS:
+                rb = run_rabbit(blosc2, tmp / "out" / name / config, config, args.threads, args.rabbit_timeout)
+                if rb.get("error"):
+                    sys.exit(f"compare_rabbit.py: rabbit failed on {blosc2} ({config}): {rb['error']}")
+                fit = rb["fit"]
+                cmd = [Path(rb["command"][0]).name, blosc2.name, *rb["command"][2:]]
+                cmd[cmd.index("-o") + 1] = "<outdir>"
+                entry["results"][config] = {"data": dict(
+                    command=cmd, command_line=" ".join(cmd),
+                    environment={v: str(args.threads) for v in THREAD_VARS},
+                    parameters=fit["names"], prefit=fit["prefit"], postfit=fit["postfit"],
+                    uncertainty=fit["uncertainty"], covariance=fit["covariance"],
+                    nllvalreduced=fit["nllvalreduced"], edmval=fit["edmval"], ndfsat=fit["ndfsat"],
+                    signals=fit["signals"], nois=fit["nois"], iterations=rb.get("iterations"),
+                    iterations_to_final_loss=rb.get("iterations_to_final_loss"),
+                    minimizer_message=rb.get("minimizer_message"))}
+                print(f"   rabbit {config}: nllvalreduced={fit['nllvalreduced']!r} edmval={fit['edmval']:.3g} "
+                      f"({fmt_seconds(rb['wall_seconds'])})", flush=True)
+            doc["tensors"][name] = entry
+    (outdir / "rabbit_results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (outdir / "README.md").write_text(fixture_readme(doc, sizes))
+    total = sum(f.stat().st_size for f in outdir.iterdir() if f.is_file())
+    print(f"== wrote {outdir}: {total / 1024:.0f} KiB in {len(list(outdir.iterdir()))} files", flush=True)
+    if total > 1 << 20:
+        print("   WARNING: the fixture exceeds 1 MiB", flush=True)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.reuse_rabbit and not args.keep:
+        sys.exit("compare_rabbit.py: --reuse-rabbit needs --keep DIR")
+    ensure_venv_and_reexec(args)
+    # rabbit's TensorWriter and rabbit_fit store `git log -1` and the whole `git diff` of the
+    # directory above their installation (wums.output_tools.make_meta_info_dict) in every file's
+    # meta pickle; with the venv inside this repository that would be fitlib's working tree.
+    # A GIT_DIR that does not exist makes them record "Not a git repository" instead.
+    os.environ["GIT_DIR"] = str(Path(sys.prefix) / "no-git-repository")
+    sys.path.insert(0, str(HELPERS))
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    if args.write_fixture:
+        write_fixture(args)
+    else:
+        compare_main(args)
+
+
+if __name__ == "__main__":
+    main()
