@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CTEST ?= ctest
 
-.PHONY: all deps configure build demo test bench clean
+.PHONY: all deps configure build demo test fuzz bench clean
 
 all: build
 
@@ -27,7 +27,12 @@ demo: configure
 	  --scan signal --scanPoints 7 -o $(BUILD_DIR)/demo_results.hdf5 --json
 
 test: build
-	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
+	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS) -LE fuzz
+
+# The rabbit reader's libFuzzer run (60 s, needs clang-14 and libFuzzer, which --fuzz installs); not part of `test`.
+fuzz: configure
+	./scripts/install-deps.sh --fuzz
+	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -L fuzz
 
 bench: deps
 	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DFITLIB_BUILD_BENCHMARKS=ON

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Installs the Debian packages fitlib needs to build, test and benchmark, skipping those present.
+# Installs the Debian packages fitlib needs to build, test and benchmark, skipping those present,
+# and the HDF5 Blosc2 filter plugin (PyPI's hdf5plugin) into .deps/. `--fuzz` adds clang and libFuzzer.
 set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(
   build-essential   # g++ and make
@@ -13,7 +15,11 @@ packages=(
   libhdf5-dev       # HDF5 C library: rabbit input tensors and results files
   libcli11-dev      # CLI11: the fitlib-fit command line
   hdf5-filter-plugin-blosc-serial  # Blosc v1 filter (32001) of rabbit's meta pickle
+  python3-pip       # installs the Blosc2 HDF5 filter plugin below
 )
+if [[ "${1:-}" == "--fuzz" ]]; then
+  packages+=(clang-14 libclang-rt-14-dev)  # the libFuzzer target of the rabbit reader (make fuzz)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -22,16 +28,29 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if ((${#missing[@]} == 0)); then
-  exit 0
-fi
+install_missing() {
+  if ((${#missing[@]} == 0)); then
+    return 0
+  fi
+  local SUDO=
+  if [[ $(id -u) -ne 0 ]]; then
+    SUDO=sudo
+  fi
+  echo "fitlib: installing missing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+install_missing
 
-if [[ $(id -u) -ne 0 ]]; then
-  SUDO=sudo
-else
-  SUDO=
+# Real rabbit tensors compress with Blosc2 (HDF5 filter 32026), for which Debian has no plugin. PyPI's
+# hdf5plugin ships one that loads into Debian's libhdf5 1.10 (it links no libhdf5 of its own); the tests
+# point HDF5 at .deps/hdf5plugin/hdf5plugin/plugins. Only the plugin files are needed, hence --no-deps.
+plugin_dir=.deps/hdf5plugin/hdf5plugin/plugins
+if [[ ! -f "$plugin_dir/libh5blosc2.so" ]]; then
+  echo "fitlib: installing the HDF5 filter plugins of PyPI's hdf5plugin into .deps/hdf5plugin"
+  # 7.1.0: checked to load into Debian 12's libhdf5 1.10.8.
+  if ! PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --no-deps --target .deps/hdf5plugin hdf5plugin==7.1.0; then
+    echo "fitlib: warning: could not install hdf5plugin with pip; the Blosc2 reading test will be skipped" >&2
+  fi
 fi
-echo "fitlib: installing missing Debian packages: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -13,10 +13,12 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <new>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -115,12 +117,20 @@ struct Array {
   std::size_t size() const { return values.size(); }
 };
 
+/// One filter of a dataset's filter pipeline (compression, shuffling, checksums).
+struct FilterInfo {
+  int id = 0;              ///< HDF5 filter id (1 = deflate, 32026 = Blosc2, ...)
+  std::string name;        ///< the well-known name, or the name stored in the file
+  bool available = false;  ///< whether this HDF5 can apply it (built in, registered, or found as a plugin)
+};
+
 namespace detail {
 
 /// What a `Location` knows about its file, shared by every object opened from it.
 struct FileInfo {
   std::string name;  ///< the path (or the image's name), for messages
   std::size_t max_read_bytes = 0;
+  std::shared_ptr<const std::vector<std::byte>> image;  ///< the bytes of an in-memory file, else null
 };
 
 inline std::size_t physical_memory() {
@@ -148,8 +158,8 @@ inline std::string stack_message() {
 inline std::string join_path(const std::string& base, const std::string& name) {
   if (name.empty()) return base;
   if (name.front() == '/') return name;
-  if (base.empty() || base == "/") return name;
-  return base + "/" + name;
+  if (base.empty()) return name;
+  return base.back() == '/' ? base + name : base + "/" + name;
 }
 
 inline std::string shape_string(const std::vector<std::size_t>& shape) {
@@ -194,10 +204,6 @@ inline const char* filter_name(H5Z_filter_t id) {
     case 32026: return "Blosc2";
     default: return "";
   }
-}
-
-inline void close_nothing_check(bool ok, const std::string& what) {
-  if (!ok) throw file_error(what + ": " + stack_message());
 }
 
 /// Number of elements of a dataspace and its dimensions (scalar: no dims, 1 element; null: no elements).
@@ -248,6 +254,8 @@ class Location {
   explicit operator bool() const noexcept { return static_cast<bool>(handle_); }
   /// The file's path (or the in-memory image's name).
   const std::string& file_name() const { return info_->name; }
+  /// What fitlib knows about the file (its name, read limit, in-memory image); for fitlib's own use.
+  const detail::FileInfo& file_info() const { return *info_; }
   /// This object's path inside the file ("/" for the root group).
   const std::string& path() const { return path_; }
   /// The path of a child, relative to the root, as used in messages ("hnorm_sparse/values").
@@ -262,16 +270,10 @@ class Location {
   /// The read limits of the file this object belongs to.
   std::size_t max_read_bytes() const { return info_->max_read_bytes; }
 
- protected:
-  friend Location open(const Location&, const std::string&);
-  friend Location create_group(const Location&, const std::string&);
-  template <class T>
-  friend Location write(const Location&, const std::string&, std::span<const T>, std::vector<std::size_t>);
-  friend Location write_strings(const Location&, const std::string&, const std::vector<std::string>&);
-  friend Location write_ragged(const Location&, const std::string&, const std::vector<std::vector<std::int64_t>>&);
-  Location(Handle h, std::shared_ptr<const detail::FileInfo> info, std::string path)
-      : handle_(std::move(h)), info_(std::move(info)), path_(std::move(path)) {}
+ /// Wraps `h`, an object opened below `parent` at `path` (a path inside the file), sharing the parent's file.
+  Location(Handle h, const Location& parent, std::string path) : handle_(std::move(h)), info_(parent.info_), path_(std::move(path)) {}
 
+ protected:
   Handle handle_;
   std::shared_ptr<const detail::FileInfo> info_ = std::make_shared<detail::FileInfo>();
   std::string path_ = "/";
@@ -348,7 +350,11 @@ class File : public Location {
     if (!f)
       throw file_error("HDF5 cannot open '" + name + "' (" + detail::stack_message() +
                        "); it is not an HDF5 file, or it is corrupt or truncated");
-    return File(std::move(f), name, opts);
+    File file(std::move(f), name, opts);
+    auto info = std::make_shared<detail::FileInfo>(*file.info_);
+    info->image = std::make_shared<const std::vector<std::byte>>(image.begin(), image.end());
+    file.info_ = std::move(info);
+    return file;
   }
 
   /// Writes everything buffered to disk.
@@ -406,8 +412,10 @@ inline Location open(const Location& loc, const std::string& name) {
     throw file_error("'" + loc.file_name() + "' has no object '" + loc.child_path(name) +
                      "'; check the name (h5ls -r lists a file's contents)");
   Handle h(H5Oopen(loc.id(), name.c_str(), H5P_DEFAULT), H5Oclose);
-  if (!h) throw file_error("cannot open " + loc.describe("object", name) + ": " + detail::stack_message());
-  return Location(std::move(h), loc.info_, detail::join_path(loc.path(), name));
+  if (!h)
+    throw file_error("cannot open " + loc.describe("object", name) + " (" + detail::stack_message() +
+                     "); the file is corrupt: copy or regenerate it");
+  return Location(std::move(h), loc, detail::join_path(loc.path(), name));
 }
 
 /// Names of the links directly below the group `loc`, in name order.
@@ -467,21 +475,22 @@ inline Handle open_dataset(const Location& loc, const std::string& name) {
     throw file_error("'" + loc.file_name() + "' has no dataset '" + loc.child_path(name) +
                      "'; check the name (h5ls -r lists a file's contents)");
   Handle obj(H5Oopen(loc.id(), name.c_str(), H5P_DEFAULT), H5Oclose);
-  if (!obj) throw file_error("cannot open " + loc.describe("object", name) + ": " + stack_message());
+  if (!obj) throw file_error("cannot open " + loc.describe("object", name) + " (" + stack_message() + "); the file is corrupt: copy or regenerate it");
   if (H5Iget_type(obj.get()) != H5I_DATASET)
     throw file_error(loc.describe("object", name) + " is a " + (H5Iget_type(obj.get()) == H5I_GROUP ? "group" : "named datatype") +
                      ", not a dataset; the file's layout is not the expected one");
   obj.reset();
   Handle ds(H5Dopen2(loc.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!ds) throw file_error("cannot open " + loc.describe("dataset", name) + ": " + stack_message());
+  if (!ds) throw file_error("cannot open " + loc.describe("dataset", name) + " (" + stack_message() + "); the file is corrupt: copy or regenerate it");
   return ds;
 }
 
-/// The filters of a dataset's pipeline that this HDF5 cannot apply (HDF5 tries its plugin path when asked),
-/// as a `file_error` message, or "" when every required filter is available.
-inline std::string missing_filters(const Location& loc, const std::string& name, hid_t ds) {
+/// The filter pipeline of an open dataset, each filter with whether this HDF5 can apply it now (asking HDF5
+/// loads a plugin from the plugin search path if one provides the filter).
+inline std::vector<FilterInfo> pipeline(hid_t ds) {
+  std::vector<FilterInfo> out;
   Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
-  if (!dcpl) return "";
+  if (!dcpl) return out;
   const int nfilters = H5Pget_nfilters(dcpl.get());
   for (int i = 0; i < nfilters; ++i) {
     unsigned flags = 0, config = 0;
@@ -490,19 +499,31 @@ inline std::string missing_filters(const Location& loc, const std::string& name,
     char stored_name[257] = {};
     const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, sizeof stored_name - 1, stored_name, &config);
     if (id < 0) continue;
-    if ((flags & H5Z_FLAG_OPTIONAL) != 0) continue;
-    if (H5Zfilter_avail(id) > 0) continue;
+    FilterInfo f;
+    f.id = static_cast<int>(id);
+    f.name = filter_name(id);
+    if (f.name.empty()) f.name = stored_name[0] != '\0' ? std::string(stored_name) : std::string("unknown filter");
+    f.available = H5Zfilter_avail(id) > 0;
     H5Eclear2(H5E_DEFAULT);
-    std::string fname = filter_name(id);
-    if (fname.empty()) fname = stored_name[0] != '\0' ? std::string(stored_name) : std::string("unknown filter");
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+/// The first filter of a dataset's pipeline that this HDF5 cannot apply, as a `file_error` message naming
+/// the dataset, the filter and the remedy, or "" when every filter is available. (Optional filters count
+/// too: a chunk that was filtered needs the filter to be read.)
+inline std::string missing_filters(const Location& loc, const std::string& name, hid_t ds) {
+  for (const FilterInfo& f : pipeline(ds)) {
+    if (f.available) continue;
     std::string searched;
     for (const auto& d : plugin_search_path()) searched += (searched.empty() ? "" : ", ") + d;
-    std::string msg = loc.describe("dataset", name) + " is compressed with HDF5 filter " + std::to_string(id) + " (" + fname +
+    std::string msg = loc.describe("dataset", name) + " is compressed with HDF5 filter " + std::to_string(f.id) + " (" + f.name +
                       "), which this HDF5 library cannot decode: no plugin for it was found (searched: " +
                       (searched.empty() ? std::string("nothing") : searched) +
                       "). Install an HDF5 filter plugin and point HDF5_PLUGIN_PATH at its directory, e.g. `pip install hdf5plugin` and "
                       "HDF5_PLUGIN_PATH=$(python3 -c 'import hdf5plugin; print(hdf5plugin.PLUGINS_PATH)')";
-    if (id == 32001) msg += "; on Debian, the package hdf5-filter-plugin-blosc-serial also provides the Blosc filter";
+    if (f.id == 32001) msg += "; on Debian, the package hdf5-filter-plugin-blosc-serial also provides the Blosc filter";
     return msg;
   }
   return "";
@@ -536,6 +557,299 @@ std::vector<T> allocate(std::size_t n, const std::string& what) {
     throw file_error("not enough memory to read " + what + " (" + std::to_string(n) + " elements)");
   } catch (const std::length_error&) {
     throw file_error("not enough memory to read " + what + " (" + std::to_string(n) + " elements)");
+  }
+}
+
+/// Raw bytes of the file behind a `Location`: the disk file, or the in-memory image.
+class RawFile {
+ public:
+  explicit RawFile(const FileInfo& info) : info_(info) {
+    if (info.image) {
+      size_ = info.image->size();
+      return;
+    }
+    in_.open(info.name, std::ios::binary);
+    std::error_code ec;
+    const auto n = in_ ? std::filesystem::file_size(info.name, ec) : 0;
+    size_ = ec ? 0 : static_cast<std::uint64_t>(n);
+  }
+  /// The file's length in bytes (0 if it cannot be read).
+  std::uint64_t size() const { return size_; }
+  /// Bytes [offset, offset + n) into `out`; false unless they all lie in the file.
+  bool read(std::uint64_t offset, std::uint64_t n, std::vector<std::uint8_t>& out) {
+    if (offset > size_ || n > size_ - offset) return false;
+    out.resize(static_cast<std::size_t>(n));
+    if (n == 0) return true;
+    if (info_.image) {
+      std::memcpy(out.data(), info_.image->data() + offset, static_cast<std::size_t>(n));
+      return true;
+    }
+    in_.clear();
+    in_.seekg(static_cast<std::streamoff>(offset));
+    in_.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(n));
+    return static_cast<std::uint64_t>(in_.gcount()) == n;
+  }
+
+ private:
+  const FileInfo& info_;
+  std::ifstream in_;
+  std::uint64_t size_ = 0;
+};
+
+/// A little-endian unsigned integer of `n` ≤ 8 bytes (HDF5's on-disk byte order for metadata).
+inline std::uint64_t little_endian(const std::uint8_t* p, std::size_t n) {
+  std::uint64_t v = 0;
+  for (std::size_t i = n; i-- > 0;) v = (v << 8) | p[i];
+  return v;
+}
+
+/// Checks that a stored integer or floating-point type is one HDF5 can convert without reading out of bounds:
+/// a size of 1–8 bytes (2–16 for floats) and bit fields inside it. HDF5 1.10 trusts these fields, so a corrupt
+/// type (e.g. a 1032-byte double) makes H5Dread copy past its buffers.
+inline void check_number_type(hid_t type, const std::string& what) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const std::size_t size = H5Tget_size(type), precision = H5Tget_precision(type);
+  const int offset = H5Tget_offset(type);
+  const bool int_size = size == 1 || size == 2 || size == 4 || size == 8;
+  const bool float_size = size == 2 || size == 4 || size == 8 || size == 16;
+  bool ok = (cls == H5T_INTEGER ? int_size : float_size) && precision >= 1 && offset >= 0 &&
+            static_cast<std::size_t>(offset) + precision <= 8 * size;
+  if (ok && cls == H5T_FLOAT) {
+    std::size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    ok = H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) >= 0 && esize >= 1 && esize <= 32 && msize >= 1 && msize <= 128 &&
+         spos < precision && epos + esize <= precision && mpos + msize <= precision && H5Tget_ebias(type) < (std::size_t{1} << 32);
+  }
+  if (!ok)
+    throw file_error(what + " has a corrupt " + class_name(cls) + " type (" + std::to_string(size) + " bytes, precision " +
+                     std::to_string(precision) + "); copy or regenerate the file");
+}
+
+/// The size of one element of a dataset as stored in the file (a variable-length element is a descriptor:
+/// sequence length, heap address, object index).
+inline std::size_t stored_element_size(hid_t ds) {
+  Handle type(H5Dget_type(ds), H5Tclose);
+  if (!type) return 0;
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (cls == H5T_VLEN || (cls == H5T_STRING && H5Tis_variable_str(type.get()) > 0)) {
+    Handle file(H5Iget_file_id(ds), H5Fclose);
+    Handle fcpl(file ? H5Fget_create_plist(file.get()) : H5I_INVALID_HID, H5Pclose);
+    std::size_t sizeof_addr = 8, sizeof_size = 8;
+    if (fcpl) H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size);
+    return 4 + sizeof_addr + 4;
+  }
+  return H5Tget_size(type.get());
+}
+
+/// Checks a dataset's storage description against its dataspace before HDF5 reads it: chunks no larger than
+/// a fixed-size dataset, unfiltered chunks stored at their full size, contiguous or compact storage large
+/// enough for its elements. HDF5 1.10 copies whole chunks (or the compact buffer) without comparing sizes,
+/// so a corrupt chunk dimension, chunk size or filter pipeline would make H5Dread read out of bounds.
+/// Chunks are listed one by one only where that is cheap enough (unfiltered, or at most 4096 chunks).
+inline void check_storage(const Location& loc, const std::string& name, hid_t ds, std::size_t n) {
+  const std::string what = loc.describe("dataset", name);
+  const auto corrupt = [&](const std::string& why) { return file_error(what + " is corrupt: " + why + "; copy or regenerate the file"); };
+  Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+  Handle space(H5Dget_space(ds), H5Sclose);
+  const std::size_t elem_bytes = stored_element_size(ds);
+  if (!dcpl || !space || elem_bytes == 0) throw file_error("cannot read the storage properties of " + what + ": " + stack_message());
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_CHUNKED) {
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank <= 0 || rank > H5S_MAX_RANK || H5Pget_chunk(dcpl.get(), 0, nullptr) != rank) throw corrupt("its chunk rank does not match its rank");
+    std::vector<hsize_t> chunk(static_cast<std::size_t>(rank)), dims(chunk.size()), maxdims(chunk.size());
+    H5Pget_chunk(dcpl.get(), rank, chunk.data());
+    H5Sget_simple_extent_dims(space.get(), dims.data(), maxdims.data());
+    if (n == 0) return;  // nothing is read (h5py gives empty datasets chunks larger than their extent)
+    std::uint64_t bytes = elem_bytes;
+    for (std::size_t d = 0; d < chunk.size(); ++d) {
+      if (chunk[d] == 0 || (maxdims[d] != H5S_UNLIMITED && chunk[d] > std::max<hsize_t>(maxdims[d], 1)))
+        throw corrupt("its chunk dimensions exceed its dimensions");
+      if (chunk[d] > (std::uint64_t{1} << 32) / bytes) throw corrupt("its chunks are larger than HDF5 allows");
+      bytes *= chunk[d];
+    }
+    const int nfilters = H5Pget_nfilters(dcpl.get());
+    if (nfilters < 0 || nfilters > 32) throw corrupt("its filter pipeline is unreadable");
+    const unsigned all_skipped = nfilters == 0 ? 0u : static_cast<unsigned>((std::uint64_t{1} << nfilters) - 1);
+    hsize_t nchunks = 0;
+    if (n == 0 || H5Dget_num_chunks(ds, space.get(), &nchunks) < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return;
+    }
+    if (nfilters > 0 && nchunks > 4096) return;
+    std::vector<hsize_t> offset(chunk.size());
+    for (hsize_t c = 0; c < nchunks; ++c) {
+      unsigned mask = 0;
+      haddr_t addr = HADDR_UNDEF;
+      hsize_t size = 0;
+      if (H5Dget_chunk_info(ds, space.get(), c, offset.data(), &mask, &addr, &size) < 0) throw corrupt("its chunk index is unreadable");
+      const bool unfiltered = nfilters == 0 || (mask & all_skipped) == all_skipped;
+      if (addr != HADDR_UNDEF && unfiltered && size != bytes)
+        throw corrupt("an unfiltered chunk holds " + std::to_string(size) + " bytes instead of " + std::to_string(bytes));
+    }
+  } else if (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT) {
+    const bool allocated = layout == H5D_COMPACT || H5Dget_offset(ds) != HADDR_UNDEF;
+    H5Eclear2(H5E_DEFAULT);
+    if (allocated && n > 0 && H5Dget_storage_size(ds) < static_cast<std::uint64_t>(n) * elem_bytes)
+      throw corrupt("its stored data are smaller than its dimensions");
+  } else {
+    throw corrupt("its storage layout is unknown");
+  }
+}
+
+/// Checks the stored form of a variable-length dataset (strings, ragged arrays) before HDF5 reads it.
+/// HDF5 1.10 trusts the global-heap addresses, object indices and object sizes it finds in a file: one
+/// corrupt byte there makes H5Dread copy out of bounds and crash the program (fixed only in later HDF5
+/// releases). So fitlib walks the same structures first, with bounds checks: each element's descriptor
+/// (sequence length, heap collection address, object index) and every global heap collection they refer
+/// to, and throws `file_error` where HDF5 would read out of bounds or return uninitialised memory.
+/// `base_size` is the stored size of one sequence element (1 for strings). Compact datasets (which
+/// fitlib and rabbit never write) are rejected: their descriptors cannot be reached through HDF5's API.
+inline void verify_vlen_storage(const Location& loc, const std::string& name, hid_t ds, std::size_t n, std::size_t base_size) {
+  const std::string what = loc.describe("dataset", name);
+  const auto corrupt = [&](const std::string& why) {
+    return file_error(what + " is corrupt: " + why + "; copy or regenerate the file");
+  };
+  Handle file(H5Iget_file_id(ds), H5Fclose);
+  unsigned intent = 0;
+  if (file && H5Fget_intent(file.get(), &intent) >= 0 && (intent & H5F_ACC_RDWR) != 0) H5Fflush(file.get(), H5F_SCOPE_LOCAL);
+  Handle fcpl(file ? H5Fget_create_plist(file.get()) : H5I_INVALID_HID, H5Pclose);
+  std::size_t sizeof_addr = 0, sizeof_size = 0;
+  hsize_t base = 0;
+  if (!fcpl || H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size) < 0 || H5Pget_userblock(fcpl.get(), &base) < 0)
+    throw file_error("cannot read the file creation properties of '" + loc.file_name() + "': " + stack_message());
+  if (sizeof_addr < 2 || sizeof_addr > 8 || sizeof_size < 2 || sizeof_size > 8) throw corrupt("the superblock gives unusual address sizes");
+  RawFile raw(loc.file_info());
+  if (raw.size() == 0) throw file_error("cannot read the bytes of '" + loc.file_name() + "' to check " + what);
+  const std::size_t desc = 4 + sizeof_addr + 4;  // sequence length, heap collection address, object index
+  require_fits(loc, what, n, desc);
+
+  // 1. The descriptors of the dataset's elements, as stored.
+  std::vector<std::uint8_t> descriptors;
+  Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+  const H5D_layout_t layout = dcpl ? H5Pget_layout(dcpl.get()) : H5D_LAYOUT_ERROR;
+  if (layout == H5D_COMPACT)  // its descriptors live in the object header, out of fitlib's reach
+    throw file_error(what + " stores variable-length data compactly, which fitlib does not read (it cannot check such data before "
+                            "HDF5 reads it, and rabbit never writes it); rewrite the dataset with contiguous or chunked storage");
+  if (layout == H5D_CONTIGUOUS) {
+    const haddr_t addr = H5Dget_offset(ds);
+    if (addr == HADDR_UNDEF) return;  // never written: every element is the (empty) fill value
+    if (!raw.read(base + addr, static_cast<std::uint64_t>(n) * desc, descriptors)) throw corrupt("its data extend beyond the end of the file");
+  } else if (layout == H5D_CHUNKED) {
+    const int rank = H5Pget_chunk(dcpl.get(), 0, nullptr);
+    Handle space(H5Dget_space(ds), H5Sclose);
+    if (rank <= 0 || rank > H5S_MAX_RANK || !space || H5Sget_simple_extent_ndims(space.get()) != rank) throw corrupt("its chunk layout is invalid");
+    std::vector<hsize_t> cdims(static_cast<std::size_t>(rank)), dims(static_cast<std::size_t>(rank));
+    H5Pget_chunk(dcpl.get(), rank, cdims.data());
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    std::size_t chunk_elems = 1;
+    for (hsize_t d : cdims) {
+      if (d == 0 || d > loc.max_read_bytes() || chunk_elems > loc.max_read_bytes() / d) throw corrupt("its chunk dimensions are invalid");
+      chunk_elems *= static_cast<std::size_t>(d);
+    }
+    require_fits(loc, what, chunk_elems, desc);
+    const int nfilters = H5Pget_nfilters(dcpl.get());
+    // Filtered chunks are decoded by HDF5 itself: written raw into an in-memory scratch dataset with the same
+    // pipeline and an opaque element type, then read back.
+    Handle scratch_file, scratch_type, scratch;
+    if (nfilters > 0) {
+      Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+      H5Pset_fapl_core(fapl.get(), 1 << 16, 0);
+      scratch_file = Handle(H5Fcreate(image_name("fitlib-scratch").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+      scratch_type = Handle(H5Tcreate(H5T_OPAQUE, desc), H5Tclose);
+      Handle sspace(H5Screate_simple(rank, cdims.data(), nullptr), H5Sclose);
+      Handle sdcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5Pset_chunk(sdcpl.get(), rank, cdims.data());
+      for (int i = 0; i < nfilters; ++i) {
+        unsigned flags = 0, config = 0, cd[32] = {};
+        std::size_t ncd = 32;
+        const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, 0, nullptr, &config);
+        if (id < 0 || H5Pset_filter(sdcpl.get(), id, flags, std::min<std::size_t>(ncd, 32), cd) < 0) throw corrupt("its filter pipeline is invalid");
+      }
+      scratch = Handle(scratch_file && scratch_type && sspace
+                           ? H5Dcreate2(scratch_file.get(), "chunk", scratch_type.get(), sspace.get(), H5P_DEFAULT, sdcpl.get(), H5P_DEFAULT)
+                           : H5I_INVALID_HID,
+                       H5Dclose);
+      if (!scratch) throw file_error("cannot check " + what + ": " + stack_message());
+    }
+    hsize_t nchunks = 0;
+    if (H5Dget_num_chunks(ds, space.get(), &nchunks) < 0) throw corrupt("its chunk index is unreadable");
+    std::vector<hsize_t> offset(static_cast<std::size_t>(rank)), local(static_cast<std::size_t>(rank));
+    const std::vector<hsize_t> zero(static_cast<std::size_t>(rank), 0);
+    std::vector<std::uint8_t> stored, plain;
+    for (hsize_t c = 0; c < nchunks; ++c) {
+      unsigned mask = 0;
+      haddr_t addr = HADDR_UNDEF;
+      hsize_t size = 0;
+      if (H5Dget_chunk_info(ds, space.get(), c, offset.data(), &mask, &addr, &size) < 0) throw corrupt("its chunk index is unreadable");
+      if (addr == HADDR_UNDEF) continue;
+      const bool filtered = nfilters > 0 && (mask & ((1u << nfilters) - 1)) != ((1u << nfilters) - 1);
+      if (!filtered) {
+        if (!raw.read(base + addr, static_cast<std::uint64_t>(chunk_elems) * desc, plain)) throw corrupt("a chunk extends beyond the end of the file");
+      } else {
+        if (!raw.read(base + addr, size, stored)) throw corrupt("a chunk extends beyond the end of the file");
+        plain.assign(chunk_elems * desc, 0);
+        if (H5Dwrite_chunk(scratch.get(), H5P_DEFAULT, mask, zero.data(), stored.size(), stored.data()) < 0 ||
+            H5Dread(scratch.get(), scratch_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, plain.data()) < 0)
+          throw file_error("cannot read " + what + " (" + stack_message() + "); the file is corrupt or truncated: copy or regenerate it");
+      }
+      // Keep the descriptors of the elements inside the dataset's extent (edge chunks extend beyond it).
+      std::fill(local.begin(), local.end(), 0);
+      for (std::size_t k = 0; k < chunk_elems; ++k) {
+        bool inside = true;
+        for (std::size_t d = 0; d < local.size(); ++d) inside = inside && offset[d] + local[d] < dims[d];
+        if (inside) descriptors.insert(descriptors.end(), plain.begin() + static_cast<std::ptrdiff_t>(k * desc), plain.begin() + static_cast<std::ptrdiff_t>((k + 1) * desc));
+        for (std::size_t d = local.size(); d-- > 0;) {
+          if (++local[d] < cdims[d]) break;
+          local[d] = 0;
+        }
+      }
+      if (descriptors.size() > static_cast<std::size_t>(n) * desc) throw corrupt("its chunks hold more elements than its extent");
+    }
+  } else {
+    throw corrupt("its storage layout is unknown");
+  }
+
+  // 2. Every referenced global heap collection, parsed as HDF5 parses it, and the objects the descriptors name.
+  std::map<std::uint64_t, std::map<std::uint64_t, std::uint64_t>> heaps;  // collection address → object index → size
+  const std::size_t header = 8 + sizeof_size, object_header = 8 + sizeof_size;
+  const auto collection = [&](std::uint64_t addr) -> const std::map<std::uint64_t, std::uint64_t>& {
+    if (const auto it = heaps.find(addr); it != heaps.end()) return it->second;
+    const std::string where = "the global heap collection at address " + std::to_string(addr);
+    std::vector<std::uint8_t> h;
+    if (!raw.read(base + addr, header, h) || std::memcmp(h.data(), "GCOL", 4) != 0 || h[4] != 1) throw corrupt(where + " is missing or damaged");
+    const std::uint64_t size = little_endian(h.data() + 8, sizeof_size);
+    if (size < header || !raw.read(base + addr, size, h)) throw corrupt(where + " has an impossible size");
+    std::map<std::uint64_t, std::uint64_t> objects;
+    std::uint64_t pos = header;
+    while (pos < size) {
+      if (size - pos < object_header) break;  // trailing free space, too small for an object header
+      const std::uint64_t idx = little_endian(h.data() + pos, 2), osize = little_endian(h.data() + pos + 8, sizeof_size);
+      std::uint64_t need = osize;  // the free-space object (index 0) counts its own header
+      if (idx > 0) {
+        if (osize > size - pos - object_header) throw corrupt(where + " holds an object larger than the collection");
+        need = object_header + ((osize + 7) & ~std::uint64_t{7});
+        if (!objects.emplace(idx, osize).second) throw corrupt(where + " holds object " + std::to_string(idx) + " twice");
+      }
+      if (need == 0) throw corrupt(where + " holds an empty free-space record");
+      if (need > size - pos) break;
+      pos += need;
+    }
+    return heaps.emplace(addr, std::move(objects)).first->second;
+  };
+  const std::size_t count = descriptors.size() / desc;
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::uint8_t* p = descriptors.data() + k * desc;
+    const std::uint64_t length = little_endian(p, 4), addr = little_endian(p + 4, sizeof_addr), idx = little_endian(p + 4 + sizeof_addr, 4);
+    if (addr == 0) {
+      if (length != 0) throw corrupt("element " + std::to_string(k) + " claims " + std::to_string(length) + " values but has no storage");
+      continue;
+    }
+    const auto& objects = collection(addr);
+    const auto it = objects.find(idx);
+    if (it == objects.end()) throw corrupt("element " + std::to_string(k) + " refers to a heap object that does not exist");
+    if (it->second != length * base_size)
+      throw corrupt("element " + std::to_string(k) + " claims " + std::to_string(length) + " values but its heap object holds " +
+                    std::to_string(it->second) + " bytes");
   }
 }
 
@@ -609,6 +923,8 @@ Array<T> read_numeric(const Location& loc, const std::string& name, bool accept_
   if (!space) throw file_error("cannot read the dataspace of " + what + ": " + stack_message());
   auto [n, dims] = extent(space.get(), what);
   require_fits(loc, what, n, sizeof(T));
+  check_number_type(type.get(), what);
+  check_storage(loc, name, ds.get(), n);
   Array<T> out;
   out.shape = logical_shape(loc, name, ds.get(), n, std::move(dims));
   if (n == 0) return out;
@@ -691,6 +1007,13 @@ inline Handle utf8_string_type() {
 // ------------------------------------------------------------------------------------------------
 // Reading.
 
+/// The filter pipeline of the dataset `name` below `loc` (empty for an unfiltered dataset).
+inline std::vector<FilterInfo> filters(const Location& loc, const std::string& name) {
+  const ErrorSilencer quiet;
+  const Handle ds = detail::open_dataset(loc, name);
+  return detail::pipeline(ds.get());
+}
+
 /// A numeric dataset as doubles with its logical shape (`original_shape` if present, else the dataspace's).
 /// Floating-point data of any width convert; integer data only if `accept_integers`. Throws `file_error`
 /// naming the dataset for a missing dataset, another type class, a mis-sized `original_shape` or a filter
@@ -722,6 +1045,9 @@ inline std::vector<std::string> read_strings(const Location& loc, const std::str
   std::vector<std::string> out;
   if (n == 0) return out;
   if (const std::string missing = detail::missing_filters(loc, name, ds.get()); !missing.empty()) throw file_error(missing);
+  const std::size_t stored_size = H5Tget_size(type.get());
+  if (stored_size == 0 || stored_size > (std::size_t{1} << 20)) throw file_error(what + " has a corrupt string type; copy or regenerate the file");
+  detail::check_storage(loc, name, ds.get(), n);
   const H5T_cset_t cset = H5Tget_cset(type.get());
   Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_cset(mem.get(), cset == H5T_CSET_UTF8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
@@ -730,9 +1056,14 @@ inline std::vector<std::string> read_strings(const Location& loc, const std::str
   detail::require_fits(loc, what, n, sizeof(char*));
   if (variable > 0) {
     H5Tset_size(mem.get(), H5T_VARIABLE);
-    auto ptrs = detail::allocate<char*>(n, what);
-    detail::read_all(loc, name, ds.get(), mem.get(), ptrs.data());
+    // The characters' stored type must be one byte: HDF5 sizes its conversion buffers by it.
+    Handle base(H5Tget_super(type.get()), H5Tclose);
+    if (!base || H5Tget_class(base.get()) != H5T_INTEGER || H5Tget_size(base.get()) != 1)
+      throw file_error(what + " has a corrupt string type; copy or regenerate the file");
+    detail::verify_vlen_storage(loc, name, ds.get(), n, 1);
+    auto ptrs = detail::allocate<char*>(n, what);  // value-initialised: null pointers until HDF5 fills them
     const detail::VlenGuard guard(mem.get(), space.get(), ptrs.data());
+    detail::read_all(loc, name, ds.get(), mem.get(), ptrs.data());
     out.reserve(n);
     for (const char* p : ptrs) out.emplace_back(p != nullptr ? p : "");
     return out;
@@ -778,10 +1109,14 @@ inline std::vector<std::vector<std::int64_t>> read_ragged(const Location& loc, c
   if (n == 0) return out;
   if (const std::string missing = detail::missing_filters(loc, name, ds.get()); !missing.empty()) throw file_error(missing);
   detail::require_fits(loc, what, n, sizeof(hvl_t));
+  detail::check_number_type(base.get(), what);
+  const std::size_t base_size = H5Tget_size(base.get());
+  detail::check_storage(loc, name, ds.get(), n);
+  detail::verify_vlen_storage(loc, name, ds.get(), n, base_size);
   Handle mem(H5Tvlen_create(H5T_NATIVE_INT64), H5Tclose);
-  auto rows = detail::allocate<hvl_t>(n, what);
-  detail::read_all(loc, name, ds.get(), mem.get(), rows.data());
+  auto rows = detail::allocate<hvl_t>(n, what);  // value-initialised: empty sequences until HDF5 fills them
   const detail::VlenGuard guard(mem.get(), space.get(), rows.data());
+  detail::read_all(loc, name, ds.get(), mem.get(), rows.data());
   out.reserve(n);
   for (const hvl_t& r : rows) {
     const auto* p = static_cast<const std::int64_t*>(r.p);
@@ -800,7 +1135,6 @@ inline std::vector<std::int64_t> read_int64_attribute(const Location& loc, const
 inline double read_double_attribute(const Location& loc, const std::string& name) {
   const ErrorSilencer quiet;
   const std::string what = "attribute '" + name + "' of '" + loc.path() + "' in '" + loc.file_name() + "'";
-  detail::Handle_check_attr:;
   Handle a(H5Aopen(loc.id(), name.c_str(), H5P_DEFAULT), H5Aclose);
   if (!a) throw file_error("cannot open " + what + " (" + detail::stack_message() + "); check the name");
   Handle type(H5Aget_type(a.get()), H5Tclose);
@@ -831,8 +1165,8 @@ inline std::string read_string_attribute(const Location& loc, const std::string&
   if (H5Tis_variable_str(type.get()) > 0) {
     H5Tset_size(mem.get(), H5T_VARIABLE);
     char* p = nullptr;
-    if (H5Aread(a.get(), mem.get(), &p) < 0) throw file_error("cannot read " + what + ": " + detail::stack_message());
     const detail::VlenGuard guard(mem.get(), space.get(), &p);
+    if (H5Aread(a.get(), mem.get(), &p) < 0) throw file_error("cannot read " + what + ": " + detail::stack_message());
     return p != nullptr ? std::string(p) : std::string();
   }
   const std::size_t size = H5Tget_size(type.get());
@@ -858,7 +1192,7 @@ inline Location create_group(const Location& loc, const std::string& name) {
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle g(H5Gcreate2(loc.id(), name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
   if (!g) throw file_error("cannot create " + loc.describe("group", name) + " (" + detail::stack_message() + "); is the file open for writing?");
-  return Location(std::move(g), loc.info_, detail::join_path(loc.path(), name));
+  return Location(std::move(g), loc, detail::join_path(loc.path(), name));
 }
 
 /// Removes the link `name` below `loc` (a dataset or group; the space is not reclaimed).
@@ -984,7 +1318,7 @@ inline Location create_and_write(const Location& loc, const std::string& name, h
   for (hsize_t d : dims) n *= static_cast<std::size_t>(d);
   if (n > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
     throw file_error("cannot write " + what + ": " + stack_message());
-  return Location(std::move(ds), loc.info_, join_path(loc.path(), name));
+  return Location(std::move(ds), loc, join_path(loc.path(), name));
 }
 
 }  // namespace detail

@@ -14,6 +14,7 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/likelihood/options.hpp"
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/model/model.hpp"
 

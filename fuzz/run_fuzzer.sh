@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Builds the rabbit-reader libFuzzer target with clang++-14, runs it for a bounded time from the example tensors and
+# fails if fitlib crashes, leaks, hangs or throws anything but fitlib::error.
+#
+# Usage: run_fuzzer.sh WORK_DIR SECONDS [compiler and linker arguments: -isystem Eigen/HDF5 include dirs, HDF5 libraries]
+# Exit status: 0 no fitlib crash, 1 a fitlib crash or a build failure (reproducers in WORK_DIR/artifacts), 77 skipped
+# (no clang++-14 or libFuzzer runtime).
+#
+# libhdf5 1.10 (Debian 12) has memory-safety bugs of its own when parsing corrupt object headers, which fitlib cannot
+# reach from outside (fitlib does pre-check what it can: variable-length heap data, number types, chunk and storage
+# sizes). So the fuzzer runs in fork mode and keeps going after a crash; afterwards each reproducer is rerun alone and
+# classified by the first stack frame outside the sanitizer runtime: inside libhdf5, on memory libhdf5 allocated, is
+# reported as an HDF5 bug and does not fail the test; anything else (fitlib's code, or a fitlib buffer overrun by HDF5,
+# or a non-fitlib exception) fails it.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+work=$1
+seconds=$2
+shift 2
+
+cxx=${FITLIB_FUZZ_CXX:-clang++-14}
+if ! command -v "$cxx" >/dev/null; then
+  echo "fuzz: $cxx not found; install clang-14 and libclang-rt-14-dev (scripts/install-deps.sh --fuzz). Skipping." >&2
+  exit 77
+fi
+mkdir -p "$work"
+if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
+    "$cxx" -x c++ -fsanitize=fuzzer,address - -o "$work/probe" 2>/dev/null; then
+  echo "fuzz: $cxx cannot link libFuzzer; install libclang-rt-14-dev (scripts/install-deps.sh --fuzz). Skipping." >&2
+  exit 77
+fi
+
+echo "fuzz: building $work/fuzz_rabbit_reader"
+if ! "$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address -I"$root/include" "$root/fuzz/fuzz_rabbit_reader.cpp" "$@" \
+    -o "$work/fuzz_rabbit_reader"; then
+  echo "fuzz: the fuzz target does not build" >&2
+  exit 1
+fi
+
+# Seeds: the example tensors (dense, sparse, symmetric). The corpus grows in WORK_DIR/corpus from run to run.
+mkdir -p "$work/corpus"
+rm -rf "$work/artifacts" "$work/reports"
+mkdir -p "$work/artifacts" "$work/reports"
+cp -f "$root"/tests/data/rabbit/test_tensor.hdf5 "$root"/tests/data/rabbit/test_tensor_sparse.hdf5 \
+  "$root"/tests/data/rabbit/test_tensor_symmetric.hdf5 "$work/corpus/"
+
+# Plugins stay off (the target disables them); an input that allocates past -rss_limit_mb or runs past -timeout counts
+# as a crash. Leaks inside libhdf5's own error paths are suppressed (lsan.supp).
+export HDF5_PLUGIN_PATH=
+export ASAN_OPTIONS=${ASAN_OPTIONS:-allocator_may_return_null=1:fast_unwind_on_malloc=0:malloc_context_size=30}
+export LSAN_OPTIONS=suppressions="$root/fuzz/lsan.supp"
+options=(-timeout=30 -rss_limit_mb=4096 -max_len=200000)
+echo "fuzz: running for ${seconds}s"
+"$work/fuzz_rabbit_reader" "${options[@]}" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+  -max_total_time="$seconds" -artifact_prefix="$work/artifacts/" "$work/corpus" >"$work/fuzz.log" 2>&1
+tail -n 5 "$work/fuzz.log"
+
+# Classifies one sanitizer report: prints "fitlib" or "hdf5".
+classify() {
+  awk '
+    function module_of(line) { return line ~ /libhdf5/ ? "hdf5" : "other" }
+    # Frames without a source location inside the fuzz binary are the sanitizer runtime (interceptors such as
+    # memcpy, strdup, malloc) or libFuzzer; libc frames are memcpy and friends. fitlib frames carry file:line.
+    function skip(line) {
+      return line ~ /fuzz_rabbit_reader\+0x|libc\.so|__interceptor_|__asan|__sanitizer|__memcpy|__memmove|__memset|__libc_start/
+    }
+    /non-fitlib exception|non-standard exception/ { verdict = "fitlib" }
+    /^ *#[0-9]+ 0x/ {
+      if (!in_stack) { in_stack = 1; section++ }
+      if (!seen[section] && !skip($0)) { seen[section] = 1; first[section] = module_of($0) }
+      next
+    }
+    { in_stack = 0 }
+    END {
+      if (verdict == "") {
+        # Section 1: where it failed; sections 2, 3 (ASan): who allocated (and freed) the memory it touched.
+        verdict = first[1] == "hdf5" ? "hdf5" : "fitlib"
+        for (k = 2; k <= section; ++k)
+          if (first[k] == "other") verdict = "fitlib"
+      }
+      print verdict
+    }' "$1"
+}
+
+status=0
+hdf5_bugs=0
+for artifact in "$work"/artifacts/*; do
+  [[ -f "$artifact" ]] || continue
+  name=$(basename "$artifact")
+  report="$work/reports/$name.txt"
+  "$work/fuzz_rabbit_reader" "${options[@]}" -runs=1 "$artifact" >"$report" 2>&1
+  rc=$?
+  if ((rc == 0)); then
+    echo "fuzz: $name does not reproduce alone (state-dependent; see $work/fuzz.log)"
+    continue
+  fi
+  verdict=$(classify "$report")
+  if [[ $verdict == hdf5 ]]; then
+    hdf5_bugs=$((hdf5_bugs + 1))
+    echo "fuzz: $name: a libhdf5 bug (fails inside libhdf5 on its own memory): $(grep -m1 -E 'ERROR: |ALARM|deadly' "$report")"
+  else
+    status=1
+    echo "fuzz: $name: a FITLIB failure; reproduce with $work/fuzz_rabbit_reader $artifact" >&2
+    sed -n '1,60p' "$report" >&2
+  fi
+done
+echo "fuzz: done; libhdf5-internal crashes: $hdf5_bugs; fitlib failures: $status"
+exit $status

@@ -1,0 +1,568 @@
+// SPDX-License-Identifier: MIT
+// Reads rabbit's HDF5 input tensors (rabbit-likelihood-and-format.md §1) into a validated fitlib::Model.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <new>
+#include <stdexcept>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fitlib/core/error.hpp"
+#include "fitlib/core/types.hpp"
+#include "fitlib/io/hdf5.hpp"
+#include "fitlib/io/sha256.hpp"
+#include "fitlib/model/model.hpp"
+#include "fitlib/model/sparse_templates.hpp"
+
+namespace fitlib::io {
+
+/// How `read_rabbit` interprets a tensor, for what the file itself does not record in plain HDF5.
+struct RabbitReadOptions {
+  /// Accept negative nominal yields (files written with rabbit's allow_negative_expectation); otherwise a
+  /// negative entry of hnorm / hnorm_sparse/values is an error naming the entry and this option.
+  bool allow_negative_yields = false;
+  /// How the systematic tensor acts on the yields. rabbit records it only in the `meta` pickle, which
+  /// fitlib does not read: set `SystematicType::normal` for files written with systematic_type="normal".
+  SystematicType systematic_type = SystematicType::log_normal;
+};
+
+/// A rabbit input tensor: the model, ready to fit, and what else the file holds for the fit.
+struct RabbitTensor {
+  Model model;                           ///< validated
+  bool sparse = false;                   ///< hnorm_sparse/hlogk_sparse (`model.sparse` is set) vs hnorm/hlogk (dense)
+  std::vector<std::string> pseudodata_names;  ///< hpseudodatanames, `[npseudodata]`
+  std::vector<double> pseudodata;        ///< hpseudodata, `[nbins × npseudodata]` row-major, possibly empty
+  std::vector<double> beta_variations;   ///< hbetavariations, `[nbins_full × nbins × nprocs]`, usually empty
+  std::string path;                      ///< the file read (or the in-memory image's name)
+  std::string sha256;                    ///< SHA-256 of the file's bytes (hex); empty when read from an open file
+};
+
+namespace detail::rabbit {
+
+inline std::string join(const std::vector<std::size_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+inline std::string number(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  return os.str();
+}
+
+/// Reads one file; each step checks what it reads against the sizes fixed before it (B, Bf, P, S).
+class Reader {
+ public:
+  Reader(const hdf5::File& f, const RabbitReadOptions& opt) : f_(f), opt_(opt) {}
+
+  RabbitTensor read() {
+    RabbitTensor out;
+    out.path = f_.file_name();
+    Model& m = out.model;
+    m.systematic_type = opt_.systematic_type;
+    m.allow_negative_yields = opt_.allow_negative_yields;
+
+    read_names(m);
+    read_data(m);
+    out.sparse = !has("hnorm");  // rabbit's own rule (inputdata.py): dense whenever hnorm exists
+    if (out.sparse && !has("hnorm_sparse"))
+      fail("hnorm", "is missing, and so is hnorm_sparse: the file has no nominal yields",
+           "this is not a rabbit input tensor, or its writing was interrupted: regenerate it with rabbit's TensorWriter");
+    if (out.sparse)
+      read_sparse_shape();
+    else
+      read_dense(m);
+    read_template_stats(m);
+    if (out.sparse) read_sparse(m);
+    if (!m.sumw2.empty() && kstat_.size() > 0) sumw2_from_kstat(m);
+    read_constraints(m);
+    read_data_extras(m);
+    read_pseudodata(out);
+    read_groups(m);
+    read_nois(m);
+    read_external_terms(m);
+    if (has("hbetavariations")) out.beta_variations = doubles("hbetavariations", {nbf_, nb_, np_}, "[Bf, B, P]").values;
+
+    m.channels.push_back({"ch0", static_cast<index_t>(nb_), false});
+    if (nbf_ > nb_) m.channels.push_back({"ch1_masked", static_cast<index_t>(nbf_ - nb_), true});
+    m.theta0.assign(ns_, 0.0);
+    m.poi_default.assign(static_cast<std::size_t>(m.npoi()), 1.0);
+    try {
+      m.validate();
+    } catch (const model_error& e) {
+      throw file_error("rabbit tensor '" + f_.file_name() + "' does not make a valid model: " + e.what());
+    }
+    return out;
+  }
+
+ private:
+  const hdf5::File& f_;
+  const RabbitReadOptions& opt_;
+  std::size_t nb_ = 0, nbf_ = 0, np_ = 0, ns_ = 0;
+  bool symmetric_ = true;
+  std::vector<std::string> procs_, systs_;
+  std::vector<double> kstat_;  // old files only (hkstat instead of hsumw2)
+  std::size_t nnz_norm_ = 0;
+
+  static constexpr const char* regenerate = "regenerate the file with rabbit's TensorWriter (or fix the program that wrote it)";
+
+  [[noreturn]] void fail(const std::string& ds, const std::string& what, const std::string& remedy = regenerate) const {
+    throw file_error("rabbit tensor '" + f_.file_name() + "': dataset '" + ds + "' " + what + "; " + remedy);
+  }
+  bool has(const std::string& ds) const { return hdf5::exists(f_, ds); }
+  void require(const std::string& ds, const std::string& meaning) const {
+    if (!has(ds))
+      fail(ds, "is missing (" + meaning + ")",
+           "every rabbit input tensor has it: the file is incomplete or not a rabbit tensor, " + std::string(regenerate));
+  }
+
+  void check_shape(const std::string& ds, const std::vector<std::size_t>& got, const std::vector<std::size_t>& want,
+                   const std::string& meaning) const {
+    if (got != want)
+      fail(ds, "has shape " + join(got) + ", expected " + join(want) + " = " + meaning +
+                   " (B unmasked bins from hdata_obs, Bf all bins from hnorm, P processes from hprocs, S systematics from hsysts)");
+  }
+
+  /// "[i, j] (flat index k)", plus the bin/process/systematic meaning where the layout is known.
+  std::string position(const std::string& ds, const std::vector<std::size_t>& shape, std::size_t flat) const {
+    std::vector<std::size_t> idx(shape.size());
+    std::size_t rest = flat;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      idx[d] = shape[d] ? rest % shape[d] : 0;
+      rest = shape[d] ? rest / shape[d] : 0;
+    }
+    std::string s = "entry " + join(idx) + " (flat index " + std::to_string(flat) + ")";
+    const bool cell = ds == "hnorm" || ds == "hsumw" || ds == "hsumw2" || ds == "hlogk";
+    if (cell && idx.size() >= 2 && idx[1] < procs_.size()) {
+      s += " = bin " + std::to_string(idx[0]) + ", process '" + procs_[idx[1]] + "'";
+      if (ds == "hlogk" && !idx.empty() && idx.back() < systs_.size())
+        s += ", systematic '" + systs_[idx.back()] + "'" + (idx.size() == 4 ? (idx[2] == 0 ? " (K, average)" : " (H, half-difference)") : "");
+    }
+    return s;
+  }
+
+  void check_finite(const std::string& ds, const hdf5::Array<double>& a) const {
+    for (std::size_t k = 0; k < a.values.size(); ++k)
+      if (!std::isfinite(a.values[k]))
+        fail(ds, "has " + number(a.values[k]) + " at " + position(ds, a.shape, k) + "; every value must be finite", regenerate);
+  }
+  void check_non_negative(const std::string& ds, const hdf5::Array<double>& a, const std::string& what) const {
+    for (std::size_t k = 0; k < a.values.size(); ++k)
+      if (a.values[k] < 0) fail(ds, "has " + number(a.values[k]) + " at " + position(ds, a.shape, k) + "; " + what, regenerate);
+  }
+
+  /// A required or optional float64 dataset of a known shape, all finite.
+  hdf5::Array<double> doubles(const std::string& ds, const std::vector<std::size_t>& shape, const std::string& meaning,
+                              bool accept_integers = false) const {
+    require(ds, meaning);
+    auto a = hdf5::read_doubles(f_, ds, accept_integers);
+    check_shape(ds, a.shape, shape, meaning);
+    check_finite(ds, a);
+    return a;
+  }
+
+  std::vector<std::string> names(const std::string& ds, const std::string& meaning, const std::string& what) const {
+    require(ds, meaning);
+    auto v = hdf5::read_strings(f_, ds);
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (v[i].empty()) fail(ds, "has an empty " + what + " name at index " + std::to_string(i) + "; every " + what + " needs a name");
+      if (!seen.insert(v[i]).second) fail(ds, "lists the " + what + " '" + v[i] + "' twice (index " + std::to_string(i) + "); names must be unique");
+    }
+    return v;
+  }
+
+  void read_names(Model& m) {
+    procs_ = names("hprocs", "process names", "process");
+    if (procs_.empty()) fail("hprocs", "is empty; a tensor needs at least one process");
+    np_ = procs_.size();
+    const auto signals = names("hsignals", "signal process names", "signal");
+    if (signals.size() > np_) fail("hsignals", "lists " + std::to_string(signals.size()) + " signals but hprocs has only " + std::to_string(np_) + " processes");
+    for (std::size_t i = 0; i < signals.size(); ++i) {
+      const auto it = std::find(procs_.begin(), procs_.end(), signals[i]);
+      if (it == procs_.end()) fail("hsignals", "names '" + signals[i] + "', which is not in hprocs; every signal must be a process");
+      if (procs_[i] != signals[i])
+        fail("hsignals", "names '" + signals[i] + "', which is process " + std::to_string(it - procs_.begin()) + " in hprocs, not process " +
+                             std::to_string(i) + "; rabbit orders processes as sorted signals, then sorted backgrounds, and both lists must agree");
+    }
+    for (std::size_t p = 0; p < np_; ++p) m.processes.push_back({procs_[p], p < signals.size()});
+    systs_ = names("hsysts", "systematic names", "systematic");
+    ns_ = systs_.size();
+    for (const auto& s : systs_) m.systematics.push_back({s});
+  }
+
+  void read_data(Model& m) {
+    require("hdata_obs", "observed counts of the unmasked bins");
+    auto a = hdf5::read_doubles(f_, "hdata_obs", true);
+    if (a.shape.size() != 1) fail("hdata_obs", "has shape " + join(a.shape) + ", expected [B] (one count per unmasked bin)");
+    nb_ = a.shape[0];
+    if (nb_ == 0) fail("hdata_obs", "is empty; a tensor needs at least one unmasked bin");
+    check_finite("hdata_obs", a);
+    check_non_negative("hdata_obs", a, "observed counts must be ≥ 0");
+    m.data = std::move(a.values);
+  }
+
+  void set_nbins_full(std::size_t bf, const std::string& ds) {
+    if (bf < nb_)
+      fail(ds, "gives " + std::to_string(bf) + " bins, fewer than the " + std::to_string(nb_) +
+                   " unmasked bins of hdata_obs; all bins (Bf) are the unmasked ones followed by the masked ones");
+    nbf_ = bf;
+  }
+
+  void read_dense(Model& m) {
+    require("hlogk", "the dense systematic tensor, present whenever hnorm is");
+    require("hnorm", "nominal yields");
+    auto norm = hdf5::read_doubles(f_, "hnorm");
+    if (norm.shape.size() != 2 || norm.shape[1] != np_)
+      fail("hnorm", "has shape " + join(norm.shape) + ", expected [Bf, " + std::to_string(np_) + "] = [all bins, P processes from hprocs]");
+    set_nbins_full(norm.shape[0], "hnorm");
+    check_finite("hnorm", norm);
+    if (!opt_.allow_negative_yields)
+      for (std::size_t k = 0; k < norm.values.size(); ++k)
+        if (norm.values[k] < 0)
+          fail("hnorm", "has the negative yield " + number(norm.values[k]) + " at " + position("hnorm", norm.shape, k),
+               "set RabbitReadOptions::allow_negative_yields if the file was written with allow_negative_expectation, else " +
+                   std::string(regenerate));
+    auto logk = hdf5::read_doubles(f_, "hlogk");
+    if (logk.shape.size() == 3) {
+      symmetric_ = true;
+      check_shape("hlogk", logk.shape, {nbf_, np_, ns_}, "[Bf, P, S] (symmetric) or [Bf, P, 2, S] (asymmetric)");
+    } else {
+      symmetric_ = false;
+      check_shape("hlogk", logk.shape, {nbf_, np_, 2, ns_}, "[Bf, P, 2, S] (asymmetric) or [Bf, P, S] (symmetric)");
+    }
+    check_finite("hlogk", logk);
+    const std::size_t nc = symmetric_ ? ns_ : 2 * ns_;
+    for (std::size_t c = 0; c < nbf_ * np_; ++c)
+      if (norm.values[c] == 0)
+        for (std::size_t k = 0; k < nc; ++k)
+          if (logk.values[c * nc + k] != 0)
+            fail("hlogk", "has " + number(logk.values[c * nc + k]) + " at " + position("hlogk", logk.shape, c * nc + k) +
+                              " although hnorm is 0 there; a variation needs a non-zero nominal yield");
+    m.symmetric = symmetric_;
+    m.nominal = std::move(norm.values);
+    m.logk = std::move(logk.values);
+  }
+
+  std::vector<std::int64_t> dense_shape(const std::string& group, std::size_t rank) const {
+    const auto g = hdf5::open(f_, group);
+    if (!hdf5::attribute_exists(g, "dense_shape"))
+      fail(group, "has no attribute dense_shape (the shape of the dense tensor, §1.3)");
+    auto s = hdf5::read_int64_attribute(g, "dense_shape");
+    if (s.size() != rank) fail(group, "has a dense_shape attribute with " + std::to_string(s.size()) + " entries, expected " + std::to_string(rank));
+    for (auto v : s)
+      if (v < 0) fail(group, "has a negative extent in its dense_shape attribute");
+    return s;
+  }
+
+  void read_sparse_shape() {
+    require("hlogk_sparse", "the sparse systematic tensor, present whenever hnorm_sparse is");
+    const auto shape = dense_shape("hnorm_sparse", 2);
+    if (static_cast<std::size_t>(shape[1]) != np_)
+      fail("hnorm_sparse", "has dense_shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "], but hprocs lists " +
+                               std::to_string(np_) + " processes");
+    set_nbins_full(static_cast<std::size_t>(shape[0]), "hnorm_sparse");
+  }
+
+  /// The [nnz × 2] index array and [nnz] value array of a sparse group.
+  std::pair<hdf5::Array<std::int64_t>, hdf5::Array<double>> coo(const std::string& group) const {
+    const std::string idx = group + "/indices", val = group + "/values";
+    require(idx, "the sparse tensor's (row, column) indices");
+    require(val, "the sparse tensor's values");
+    auto i = hdf5::read_int64s(f_, idx);
+    auto v = hdf5::read_doubles(f_, val);
+    if (v.shape.size() != 1) fail(val, "has shape " + join(v.shape) + ", expected [nnz] (one value per index pair)");
+    check_shape(idx, i.shape, {v.shape[0], 2}, "[nnz, 2] (one index pair per entry of " + val + ")");
+    check_finite(val, v);
+    return {std::move(i), std::move(v)};
+  }
+
+  void read_sparse(Model& m) {
+    auto [ni, nv] = coo("hnorm_sparse");
+    nnz_norm_ = nv.size();
+    if (!opt_.allow_negative_yields)
+      for (std::size_t k = 0; k < nv.size(); ++k)
+        if (nv.values[k] < 0) {
+          const auto b = ni.values[2 * k], p = ni.values[2 * k + 1];
+          const std::string proc = p >= 0 && static_cast<std::size_t>(p) < np_ ? " '" + procs_[static_cast<std::size_t>(p)] + "'" : "";
+          fail("hnorm_sparse/values", "has the negative yield " + number(nv.values[k]) + " at entry " + std::to_string(k) + " (bin " +
+                                          std::to_string(b) + ", process " + std::to_string(p) + proc + ")",
+               "set RabbitReadOptions::allow_negative_yields if the file was written with allow_negative_expectation, else " +
+                   std::string(regenerate));
+        }
+    const auto shape = dense_shape("hlogk_sparse", 2);
+    if (static_cast<std::size_t>(shape[0]) != nnz_norm_)
+      fail("hlogk_sparse", "has dense_shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "], but its rows are the " +
+                               std::to_string(nnz_norm_) + " entries of hnorm_sparse");
+    const auto cols = static_cast<std::size_t>(shape[1]);
+    if (cols == ns_)
+      symmetric_ = true;
+    else if (cols == 2 * ns_)
+      symmetric_ = false;
+    else
+      fail("hlogk_sparse", "has dense_shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]; its second extent must be S = " +
+                               std::to_string(ns_) + " (symmetric) or 2S = " + std::to_string(2 * ns_) + " (asymmetric), S from hsysts");
+    auto [li, lv] = coo("hlogk_sparse");
+    try {
+      m.sparse = SparseTemplates::from_coo(static_cast<index_t>(nbf_), static_cast<index_t>(np_), static_cast<index_t>(cols), ni.values, nv.values,
+                                           li.values, lv.values);
+    } catch (const model_error& e) {
+      throw file_error("rabbit tensor '" + f_.file_name() + "': " + e.what());
+    }
+    m.symmetric = symmetric_;
+  }
+
+  void read_template_stats(Model& m) {
+    const std::vector<std::size_t> cell{nbf_, np_};
+    if (has("hsumw2")) {
+      auto a = doubles("hsumw2", cell, "[Bf, P] (template variances)");
+      check_non_negative("hsumw2", a, "variances must be ≥ 0");
+      m.sumw2 = std::move(a.values);
+      if (has("hsumw")) m.sumw = doubles("hsumw", cell, "[Bf, P] (template sums of weights)").values;
+      return;
+    }
+    if (!has("hkstat"))
+      fail("hsumw2", "is missing, and so is hkstat (older files)",
+           "a rabbit input tensor carries the template variances in one of them: " + std::string(regenerate));
+    auto k = doubles("hkstat", {nbf_}, "[Bf] (effective MC statistics per bin, older files)");
+    check_non_negative("hkstat", k, "effective statistics must be ≥ 0");
+    kstat_ = std::move(k.values);
+    if (nbf_ > f_.max_read_bytes() / sizeof(double) / np_)
+      fail("hkstat", "implies " + std::to_string(nbf_) + " × " + std::to_string(np_) + " template variances, more than the read limit allows");
+    m.sumw2.assign(nbf_ * np_, 0.0);  // filled by sumw2_from_kstat once the nominal yields are known
+  }
+
+  /// Older files (hkstat instead of hsumw2): rabbit sets, per bin, sumw = Σ_p N and sumw2 = sumw²/kstat (sumw where
+  /// kstat is 0). Split over the processes in proportion to N, which reproduces rabbit's per-bin statistics exactly.
+  void sumw2_from_kstat(Model& m) {
+    const auto nominal = m.nominal_yields();
+    for (std::size_t b = 0; b < nbf_; ++b) {
+      double sumw = 0;
+      for (std::size_t p = 0; p < np_; ++p) {
+        const double n = nominal[b * np_ + p];
+        if (n < 0)
+          fail("hkstat", "is given (an older file) but bin " + std::to_string(b) + " has a negative yield for process '" + procs_[p] +
+                             "'; per-bin statistics cannot be split over processes with negative yields",
+               "regenerate the file with a current rabbit, which writes hsumw2");
+        sumw += n;
+      }
+      const double k = kstat_[b];
+      const double sumw2 = k == 0 ? sumw : sumw * sumw / k;
+      for (std::size_t p = 0; p < np_; ++p)
+        m.sumw2[b * np_ + p] = sumw > 0 ? sumw2 * (nominal[b * np_ + p] / sumw) : 0.0;
+    }
+  }
+
+  void read_constraints(Model& m) {
+    std::vector<std::string> free_names;
+    if (has("hsystsnoconstraint")) free_names = hdf5::read_strings(f_, "hsystsnoconstraint");
+    for (const auto& n : free_names)
+      if (std::find(systs_.begin(), systs_.end(), n) == systs_.end())
+        fail("hsystsnoconstraint", "names '" + n + "', which is not in hsysts; every unconstrained systematic must be a systematic");
+    if (has("hconstraintweights")) {
+      auto w = doubles("hconstraintweights", {ns_}, "[S] (one constraint weight per systematic)");
+      check_non_negative("hconstraintweights", w, "constraint weights must be ≥ 0 (0 = unconstrained)");
+      for (const auto& n : free_names) {
+        const auto s = static_cast<std::size_t>(std::find(systs_.begin(), systs_.end(), n) - systs_.begin());
+        if (w.values[s] != 0)
+          fail("hconstraintweights", "gives the systematic '" + n + "' weight " + number(w.values[s]) +
+                                         " although hsystsnoconstraint lists it as unconstrained (weight 0); the two datasets disagree");
+      }
+      m.constraint_weights = std::move(w.values);
+      return;
+    }
+    if (!has("hsystsnoconstraint"))
+      fail("hconstraintweights", "is missing, and so is hsystsnoconstraint",
+           "one of them says which systematics are constrained: " + std::string(regenerate));
+    m.constraint_weights.assign(ns_, 1.0);
+    for (const auto& n : free_names) m.constraint_weights[static_cast<std::size_t>(std::find(systs_.begin(), systs_.end(), n) - systs_.begin())] = 0.0;
+  }
+
+  void read_data_extras(Model& m) {
+    if (has("hdata_var")) {
+      auto v = doubles("hdata_var", {nb_}, "[B] (variances of the observed counts)");
+      check_non_negative("hdata_var", v, "variances must be ≥ 0");
+      m.data_variance = std::move(v.values);
+    }
+    if (has("hdata_cov_inv")) {
+      auto c = doubles("hdata_cov_inv", {nb_, nb_}, "[B, B] (inverse covariance of the observed counts)");
+      // numpy's inv of a symmetric matrix is symmetric only up to rounding; the quadratic form uses only the
+      // symmetric part, so symmetrise entries that agree to rounding and reject real asymmetry.
+      double scale = 0;
+      for (double v : c.values) scale = std::max(scale, std::abs(v));
+      for (std::size_t a = 0; a < nb_; ++a)
+        for (std::size_t b = 0; b < a; ++b) {
+          double& x = c.values[a * nb_ + b];
+          double& y = c.values[b * nb_ + a];
+          if (x == y) continue;
+          if (std::abs(x - y) > 1e-8 * scale)
+            fail("hdata_cov_inv", "is not symmetric: entry [" + std::to_string(a) + ", " + std::to_string(b) + "] is " + number(x) + " but [" +
+                                      std::to_string(b) + ", " + std::to_string(a) + "] is " + number(y) + "; an inverse covariance must be symmetric");
+          x = y = 0.5 * (x + y);
+        }
+      m.data_covariance_inverse = std::move(c.values);
+    }
+  }
+
+  void read_pseudodata(RabbitTensor& out) {
+    std::size_t npd = 0;
+    if (has("hpseudodata")) {
+      auto a = hdf5::read_doubles(f_, "hpseudodata", true);
+      if (a.shape.size() == 1 && a.shape[0] == nb_) a.shape.push_back(1);
+      if (a.shape.size() != 2 || a.shape[0] != nb_)
+        fail("hpseudodata", "has shape " + join(a.shape) + ", expected [B, npseudodata] = [" + std::to_string(nb_) + ", n] (B from hdata_obs)");
+      check_finite("hpseudodata", a);
+      npd = a.shape[1];
+      out.pseudodata = std::move(a.values);
+    }
+    if (has("hpseudodatanames")) {
+      out.pseudodata_names = names("hpseudodatanames", "names of the pseudodata sets", "pseudodata");
+      if (out.pseudodata_names.size() != npd)
+        fail("hpseudodatanames", "lists " + std::to_string(out.pseudodata_names.size()) + " names but hpseudodata has " + std::to_string(npd) +
+                                     " sets (columns); the two datasets disagree");
+    } else {
+      for (std::size_t i = 0; i < npd; ++i) out.pseudodata_names.push_back("pseudodata" + std::to_string(i));
+    }
+  }
+
+  void read_groups(Model& m) {
+    const bool g = has("hsystgroups"), gi = has("hsystgroupidxs");
+    if (!g && !gi) return;
+    if (!g || !gi)
+      fail(g ? "hsystgroupidxs" : "hsystgroups", std::string("is missing although ") + (g ? "hsystgroups" : "hsystgroupidxs") +
+                                                     " exists; group names and members come as a pair");
+    const auto groups = names("hsystgroups", "systematic group names", "group");
+    const auto members = hdf5::read_ragged(f_, "hsystgroupidxs");
+    if (members.size() != groups.size())
+      fail("hsystgroupidxs", "has " + std::to_string(members.size()) + " rows but hsystgroups names " + std::to_string(groups.size()) +
+                                 " groups; there must be one member list per group");
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      SystematicGroup sg{groups[i], {}};
+      std::set<std::int64_t> seen;
+      for (std::int64_t s : members[i]) {
+        if (s < 0 || static_cast<std::size_t>(s) >= ns_)
+          fail("hsystgroupidxs", "lists systematic index " + std::to_string(s) + " in group '" + groups[i] + "', outside the " +
+                                     std::to_string(ns_) + " systematics of hsysts");
+        if (!seen.insert(s).second)
+          fail("hsystgroupidxs", "lists systematic '" + systs_[static_cast<std::size_t>(s)] + "' twice in group '" + groups[i] + "'");
+        sg.members.push_back(static_cast<index_t>(s));
+      }
+      m.groups.push_back(std::move(sg));
+    }
+  }
+
+  void read_nois(Model& m) {
+    const std::string ds = has("hnoiidxs") ? "hnoiidxs" : has("hnoigroupidxs") ? "hnoigroupidxs" : "";
+    if (ds.empty()) return;
+    const auto a = hdf5::read_int64s(f_, ds);
+    if (a.shape.size() > 1) fail(ds, "has shape " + join(a.shape) + ", expected [nnoi] (indices into hsysts)");
+    std::set<std::int64_t> seen;
+    for (std::int64_t s : a.values) {
+      if (s < 0 || static_cast<std::size_t>(s) >= ns_)
+        fail(ds, "lists systematic index " + std::to_string(s) + ", outside the " + std::to_string(ns_) + " systematics of hsysts");
+      if (!seen.insert(s).second) fail(ds, "lists systematic '" + systs_[static_cast<std::size_t>(s)] + "' twice");
+      m.nois.push_back(static_cast<index_t>(s));
+    }
+  }
+
+  /// Symmetrises M (rabbit's ½xᵀMx depends only on (M + Mᵀ)/2), leaving a symmetric M bitwise unchanged.
+  static void add_symmetrised(ExternalTerm& t, const std::map<std::pair<std::size_t, std::size_t>, double>& entries) {
+    for (const auto& [rc, v] : entries) {
+      const auto mirror = entries.find({rc.second, rc.first});
+      const double w = mirror == entries.end() ? 0.0 : mirror->second;
+      const double s = v == w ? v : 0.5 * (v + w);
+      if (s == 0) continue;
+      t.hessian_rows.push_back(static_cast<index_t>(rc.first));
+      t.hessian_cols.push_back(static_cast<index_t>(rc.second));
+      t.hessian_values.push_back(s);
+      if (mirror == entries.end()) {  // the mirror has no entry of its own: add it
+        t.hessian_rows.push_back(static_cast<index_t>(rc.second));
+        t.hessian_cols.push_back(static_cast<index_t>(rc.first));
+        t.hessian_values.push_back(s);
+      }
+    }
+  }
+
+  void read_external_terms(Model& m) {
+    if (!has("external_terms")) return;
+    const auto root = hdf5::open(f_, "external_terms");
+    for (const auto& name : hdf5::children(root)) {
+      const std::string base = "external_terms/" + name;
+      ExternalTerm t;
+      t.name = name;
+      t.parameters = names(base + "/params", "the names of the term's parameters", "parameter");
+      const std::size_t n = t.parameters.size();
+      if (has(base + "/grad_values")) t.gradient = doubles(base + "/grad_values", {n}, "[m] (one gradient entry per parameter of the term)").values;
+      const bool dense = has(base + "/hess_dense"), sparse = has(base + "/hess_sparse");
+      if (dense && sparse) fail(base + "/hess_dense", "and hess_sparse are both present; a term has one Hessian");
+      std::map<std::pair<std::size_t, std::size_t>, double> entries;
+      if (dense) {
+        const auto h = doubles(base + "/hess_dense", {n, n}, "[m, m] (the term's Hessian over its parameters)");
+        for (std::size_t r = 0; r < n; ++r)
+          for (std::size_t c = 0; c < n; ++c)
+            if (h.values[r * n + c] != 0) entries[{r, c}] = h.values[r * n + c];
+      }
+      if (sparse) {
+        const std::string g = base + "/hess_sparse";
+        const auto shape = dense_shape(g, 2);
+        if (static_cast<std::size_t>(shape[0]) != n || static_cast<std::size_t>(shape[1]) != n)
+          fail(g, "has dense_shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "] but the term has " + std::to_string(n) +
+                      " parameters");
+        const auto [idx, val] = coo(g);
+        for (std::size_t k = 0; k < val.size(); ++k) {
+          const std::int64_t r = idx.values[2 * k], c = idx.values[2 * k + 1];
+          if (r < 0 || c < 0 || static_cast<std::size_t>(r) >= n || static_cast<std::size_t>(c) >= n)
+            fail(g + "/indices", "has entry " + std::to_string(k) + " = (" + std::to_string(r) + ", " + std::to_string(c) + "), outside the term's " +
+                                     std::to_string(n) + " parameters");
+          if (k > 0) {
+            const std::int64_t pr = idx.values[2 * k - 2], pc = idx.values[2 * k - 1];
+            if (r < pr || (r == pr && c <= pc))
+              fail(g + "/indices", "has entry " + std::to_string(k) + " = (" + std::to_string(r) + ", " + std::to_string(c) + ") after (" +
+                                       std::to_string(pr) + ", " + std::to_string(pc) + "); entries must be unique and sorted row-major");
+          }
+          if (val.values[k] != 0) entries[{static_cast<std::size_t>(r), static_cast<std::size_t>(c)}] = val.values[k];
+        }
+      }
+      add_symmetrised(t, entries);
+      m.external_terms.push_back(std::move(t));
+    }
+  }
+
+};
+
+}  // namespace detail::rabbit
+
+/// Reads a rabbit input tensor from an open file (`sha256` stays empty). Throws `file_error` (or `model_error`)
+/// naming the dataset and the remedy for anything missing, mis-shaped, mis-typed, non-finite or out of range.
+inline RabbitTensor read_rabbit(const hdf5::File& file, const RabbitReadOptions& opts = {}) {
+  try {
+    return detail::rabbit::Reader(file, opts).read();
+  } catch (const std::bad_alloc&) {  // every large allocation here is sized by the file
+    throw file_error("not enough memory to read rabbit tensor '" + file.file_name() + "'; is the file corrupt, or too large for this machine?");
+  } catch (const std::length_error&) {
+    throw file_error("rabbit tensor '" + file.file_name() + "' declares arrays too large to hold; the file is corrupt");
+  }
+}
+
+/// Reads a rabbit input tensor (rabbit-likelihood-and-format.md §1) into a validated model: dense (hnorm/hlogk) or
+/// sparse (hnorm_sparse/hlogk_sparse), symmetric or asymmetric, with data, template variances, constraint weights,
+/// groups, NOIs and external terms. Without rabbit's `meta` pickle (ignored) the bins form one channel "ch0" of the
+/// unmasked bins and "ch1_masked" of the rest, as rabbit itself does. Records the file's SHA-256.
+inline RabbitTensor read_rabbit(const std::string& path, const RabbitReadOptions& opts = {}) {
+  const hdf5::File file = hdf5::File::open(path);
+  RabbitTensor t = read_rabbit(file, opts);
+  t.sha256 = sha256_file(path);
+  return t;
+}
+
+}  // namespace fitlib::io
