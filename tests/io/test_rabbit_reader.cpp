@@ -2,6 +2,8 @@
 // read_rabbit on rabbit's example tensors (dense, sparse, symmetric, Blosc2) and on a corpus of broken files.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -25,20 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh directory under the system's temporary directory, removed with its contents at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("fitlib_test_rabbit_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 std::string example(const std::string& name) { return std::string(FITLIB_TEST_DATA_DIR) + "/rabbit/" + name; }
 const std::string dense_file = example("test_tensor.hdf5");

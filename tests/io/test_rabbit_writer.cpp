@@ -2,19 +2,16 @@
 // write_rabbit → read_rabbit gives back the model (and the same likelihood), dense and sparse.
 #include <catch2/catch.hpp>
 
-#include <filesystem>
-
 #include "fitlib/fit.hpp"
 #include "fitlib/io/rabbit.hpp"
 #include "fitlib/io/rabbit_writer.hpp"
 #include "demo_analysis.hpp"
 #include "random_model.hpp"
+#include "temp_dir.hpp"
 
 using namespace fitlib;
 
 namespace {
-
-std::string temp_path(const std::string& name) { return (std::filesystem::temp_directory_path() / ("fitlib_" + name)).string(); }
 
 Model rich_model(bool asymmetric) {
   test::RandomModelSpec sp;
@@ -55,7 +52,8 @@ TEST_CASE("io: write_rabbit round trip", "[io]") {
       INFO("asymmetric " << asymmetric << " sparse " << sparse);
       Model m = rich_model(asymmetric);
       if (sparse) m.make_sparse();
-      const std::string path = temp_path("roundtrip.hdf5");
+      const test::TempDir dir;
+      const std::string path = dir / "roundtrip.hdf5";
       io::write_rabbit(path, m);
       const io::RabbitTensor in = io::read_rabbit(path);
       const Model& r = in.model;
@@ -80,14 +78,14 @@ TEST_CASE("io: write_rabbit round trip", "[io]") {
       CHECK_FALSE(r.symmetric);
       if (sparse) check_same_likelihood<SparseSerialLikelihood>(m, r);
       else check_same_likelihood<SerialLikelihood>(m, r);
-      std::filesystem::remove(path);
     }
 }
 
 TEST_CASE("io: write_rabbit refuses what rabbit tensors cannot hold", "[io]") {
   Model m = rich_model(false);
   m.theta0[3] = 0.5;
-  CHECK_THROWS_WITH(io::write_rabbit(temp_path("bad.hdf5"), m), Catch::Contains("constraint centres"));
+  const test::TempDir dir;
+  CHECK_THROWS_WITH(io::write_rabbit(dir / "bad.hdf5", m), Catch::Contains("constraint centres"));
 }
 
 TEST_CASE("io: the shipped demo tensor is the demo analysis", "[io]") {

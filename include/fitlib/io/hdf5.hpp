@@ -100,12 +100,16 @@ class Handle {
   closer close_ = nullptr;
 };
 
-/// Limits that protect a reader from files that declare more data than they could hold.
+/// Limits that protect a reader from files that declare more data than they could hold, and how a
+/// writer stores large arrays.
 struct FileOptions {
   /// Largest array (in bytes, after conversion to double or int64) one read may allocate; 0 = the machine's
   /// physical memory. Datasets are chunked and unwritten chunks read as zeros, so a small corrupt file can
   /// declare terabytes; this turns such a declaration into a `file_error` instead of an allocation failure.
   std::size_t max_read_bytes = 0;
+  /// Writes compress arrays of 64 KiB and more with gzip (worth it for templates, not for dense
+  /// matrices of full-precision numbers such as a covariance).
+  bool compress = true;
 };
 
 /// A read array: its values in row-major order and its logical shape (empty shape = a scalar).
@@ -130,6 +134,7 @@ namespace detail {
 struct FileInfo {
   std::string name;  ///< the path (or the image's name), for messages
   std::size_t max_read_bytes = 0;
+  bool compress = true;
   std::shared_ptr<const std::vector<std::byte>> image;  ///< the bytes of an in-memory file, else null
 };
 
@@ -269,6 +274,8 @@ class Location {
   }
   /// The read limits of the file this object belongs to.
   std::size_t max_read_bytes() const { return info_->max_read_bytes; }
+  /// Whether writes below this object compress large arrays (FileOptions::compress).
+  bool compress() const { return info_->compress; }
 
  /// Wraps `h`, an object opened below `parent` at `path` (a path inside the file), sharing the parent's file.
   Location(Handle h, const Location& parent, std::string path) : handle_(std::move(h)), info_(parent.info_), path_(std::move(path)) {}
@@ -368,6 +375,7 @@ class File : public Location {
     auto info = std::make_shared<detail::FileInfo>();
     info->name = name;
     info->max_read_bytes = opts.max_read_bytes ? opts.max_read_bytes : detail::physical_memory();
+    info->compress = opts.compress;
     handle_ = std::move(h);
     info_ = std::move(info);
     path_ = "/";
@@ -965,11 +973,11 @@ inline std::vector<hsize_t> chunk_dims(const std::vector<hsize_t>& dims, std::si
 }
 
 /// A dataset creation property list: contiguous for small data, chunked with gzip level 4 above 64 KiB.
-inline Handle creation_plist(const std::vector<hsize_t>& dims, std::size_t elem_bytes) {
+inline Handle creation_plist(const std::vector<hsize_t>& dims, std::size_t elem_bytes, bool compress) {
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   std::size_t n = 1;
   for (hsize_t d : dims) n *= static_cast<std::size_t>(d);
-  if (!dims.empty() && n > 0 && n * elem_bytes >= (std::size_t{64} << 10)) {
+  if (compress && !dims.empty() && n > 0 && n * elem_bytes >= (std::size_t{64} << 10)) {
     const auto chunk = chunk_dims(dims, (std::size_t{1} << 20) / elem_bytes);
     H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
     if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) H5Pset_deflate(dcpl.get(), 4);
@@ -1309,7 +1317,7 @@ inline Location create_and_write(const Location& loc, const std::string& name, h
     throw file_error("cannot replace " + what + ": " + stack_message());
   Handle space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
   if (!space) throw file_error("cannot create the dataspace of " + what + ": " + stack_message());
-  const Handle dcpl = creation_plist(dims, elem_bytes);
+  const Handle dcpl = creation_plist(dims, elem_bytes, loc.compress());
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle ds(H5Dcreate2(loc.id(), name.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT), H5Dclose);

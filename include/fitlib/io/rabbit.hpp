@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <map>
 #include <new>
 #include <stdexcept>
@@ -559,9 +560,11 @@ inline RabbitTensor read_rabbit(const hdf5::File& file, const RabbitReadOptions&
 /// groups, NOIs and external terms. Without rabbit's `meta` pickle (ignored) the bins form one channel "ch0" of the
 /// unmasked bins and "ch1_masked" of the rest, as rabbit itself does. Records the file's SHA-256.
 inline RabbitTensor read_rabbit(const std::string& path, const RabbitReadOptions& opts = {}) {
+  // The digest streams the whole file once more: on a thread of its own, alongside HDF5's reading.
+  auto digest = std::async(std::launch::async, [path] { return sha256_file(path); });
   const hdf5::File file = hdf5::File::open(path);
   RabbitTensor t = read_rabbit(file, opts);
-  t.sha256 = sha256_file(path);
+  t.sha256 = digest.get();
   return t;
 }
 

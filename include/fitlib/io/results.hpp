@@ -96,7 +96,9 @@ inline std::vector<double> correlation(const std::vector<double>& cov, std::size
 
 /// Writes the run to `path` (created or truncated) in the layout of docs/results-format.md.
 inline void write_results(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits) {
-  const hdf5::File file = hdf5::File::create(path);
+  hdf5::FileOptions fo;
+  fo.compress = false;  // mostly covariance-sized matrices of full-precision numbers: gzip gains little, costs much
+  const hdf5::File file = hdf5::File::create(path, fo);
   hdf5::write_attribute(file, "fitlib_version", std::string(FITLIB_VERSION_STRING));
   hdf5::write_attribute(file, "format_version", results_format_version);
   hdf5::write_attribute(file, "input_path", run.input_path);
