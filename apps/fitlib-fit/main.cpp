@@ -351,6 +351,11 @@ int main(int argc, char** argv) {
   Args a;
   CLI::App app{"fitlib-fit: binned profile-likelihood fits of rabbit input tensors (fitlib " FITLIB_VERSION_STRING ")"};
   app.get_formatter()->column_width(40);
+  app.footer(
+      "Exit status: 0 when every fit converged; 3 when one did not (its status is in the results, which are still\n"
+      "written); 2 for bad input (the message names the file, dataset, option or parameter and the remedy).\n"
+      "Real rabbit tensors are Blosc2-compressed: set HDF5_PLUGIN_PATH to a filter plugin directory\n"
+      "(pip install hdf5plugin; python3 -c 'import hdf5plugin; print(hdf5plugin.PLUGINS_PATH)').");
   app.add_option("tensor", a.input, "rabbit input tensor (HDF5, dense or sparse)")->required();
   app.add_option("-o,--output", a.output, "results file (HDF5; docs/results-format.md)")->capture_default_str();
   app.add_flag("--json", a.json, "also write a JSON summary next to the results file (same name, .json)");
@@ -434,12 +439,18 @@ int main(int argc, char** argv) {
 
     auto model = std::make_shared<const Model>(std::move(in.model));
     std::vector<io::FitRecord> fits;
+    // Names are checked before any fit runs, so a typo never costs a fit.
+    const auto run_all = [&](auto& lik) {
+      for (const auto& p : a.scan) (void)lik.parameter_index(p);
+      (void)fitlib::detail::frozen_mask(lik.parameter_names(), a.freeze);
+      return run_with_method(lik, a, in);
+    };
     if (model->sparse) {
       SparseSerialLikelihood lik(model, {}, lo);
-      fits = run_with_method(lik, a, in);
+      fits = run_all(lik);
     } else {
       SerialLikelihood lik(model, {}, lo);
-      fits = run_with_method(lik, a, in);
+      fits = run_all(lik);
     }
 
     io::RunInfo run;
