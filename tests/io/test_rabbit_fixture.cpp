@@ -4,6 +4,7 @@
 // benchmarks/compare_rabbit.py --write-fixture) and by fitlib with fitlib-fit's settings.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -60,4 +61,25 @@ TEST_CASE("io: fitlib's fit of rabbit's test tensor equals rabbit's", "[io][rabb
     compare<SerialLikelihood>("test_tensor", "test_tensor_gzip.hdf5", config);
     compare<SparseSerialLikelihood>("test_tensor_sparse", "test_tensor_sparse_gzip.hdf5", config);
   }
+}
+
+TEST_CASE("io: rabbit's Blosc2-compressed tensors read as their gzip twins", "[io][rabbit]") {
+  const std::string plugins = FITLIB_HDF5_PLUGIN_DIR;
+  if (!std::filesystem::exists(std::filesystem::path(plugins) / "libh5blosc2.so")) {
+    WARN("no Blosc2 HDF5 plugin at " << plugins << " (scripts/install-deps.sh installs PyPI's hdf5plugin there); skipping");
+    return;
+  }
+  const auto saved = io::hdf5::plugin_search_path();
+  io::hdf5::set_plugin_search_path({plugins});
+  for (const char* stem : {"test_tensor", "test_tensor_sparse"}) {
+    INFO(stem);
+    const io::RabbitTensor b = io::read_rabbit(fixture + stem + ".hdf5"), g = io::read_rabbit(fixture + stem + "_gzip.hdf5");
+    CHECK(b.model.nominal_yields() == g.model.nominal_yields());
+    CHECK(b.model.logk == g.model.logk);
+    if (b.model.sparse) CHECK(b.model.sparse->val == g.model.sparse->val);
+    CHECK(b.model.data == g.model.data);
+    CHECK(b.model.sumw2 == g.model.sumw2);
+    CHECK(b.sha256 != g.sha256);
+  }
+  io::hdf5::set_plugin_search_path(saved);
 }
