@@ -432,9 +432,9 @@ int main(int argc, char** argv) {
         throw usage_error("--pseudoData names '" + p + "', which is not a pseudodata set of the tensor");
     adjust_model(in.model, a);
     const bool bin_by_bin = lo.bin_by_bin.enabled && !in.model.sumw2.empty();
-    if (a.global_impacts && bin_by_bin && (lo.bin_by_bin.mode == BinByBinMode::full || lo.data_term == DataTerm::covariance))
-      throw usage_error("--globalImpacts splits off the bin-by-bin part in lite mode with a Poisson or χ² data term only; use "
-                        "--binByBinStatMode lite, or --doImpacts, or --noBinByBinStat");
+    if (a.global_impacts && bin_by_bin && lo.data_term == DataTerm::covariance)
+      throw usage_error("--globalImpacts splits off the bin-by-bin part with a Poisson or χ² data term only, not with --covarianceFit; "
+                        "use --doImpacts, or --noBinByBinStat");
     const double read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!a.quiet)
       std::fprintf(stderr, "fitlib-fit: read %s (%s, %td bins + %td masked, %td processes, %td systematics) in %.3f s\n", a.input.c_str(),

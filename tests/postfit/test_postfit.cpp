@@ -174,39 +174,56 @@ TEST_CASE("postfit: global impacts are the linear response to shifted constraint
 }
 
 TEST_CASE("postfit: the bin-by-bin part of global impacts follows dβ̂/dx", "[postfit]") {
-  const Model m = grouped_model(true);
-  SerialLikelihood nll(m, {}, linear_poi(true));
-  const FitResult best = fit(nll, tight());
-  const index_t n = nll.size();
-  const std::vector<double> v(best.covariance.begin(), best.covariance.begin() + n);  // C·e_0
-  const double var = nll.bin_by_bin_variance(best.x, ConstBlockView<double>(v.data(), n, 1))[0];
-  // Independently: β̂ by central differences along v, weighted by the gamma constraint's curvature
-  // k·β₀/β̂² with k = sumw²/sumw2 of the bin's cells that have variances.
-  const auto beta = [&](double t) {
-    std::vector<double> x = best.x;
-    for (index_t i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] += t * v[static_cast<std::size_t>(i)];
-    return nll.bin_by_bin_parameters(x);
-  };
-  const double h = 1e-4;
-  const auto bp = beta(h), bm = beta(-h), b0 = nll.bin_by_bin_parameters(best.x);
-  double expected = 0;
-  for (index_t b = 0; b < m.nbins(); ++b) {
-    double sw = 0, s2 = 0;
-    for (index_t p = 0; p < m.nprocs(); ++p) {
-      const auto c = static_cast<std::size_t>(b * m.nprocs() + p);
-      if (m.sumw2[c] > 0) {
-        sw += m.nominal[c];
-        s2 += m.sumw2[c];
-      }
+  // No empty bin: with n = 0 a normal-multiplicative β is not bounded below (β̂ = 1 − A/k, and the
+  // profiled term A − A²/2k falls without limit as the yield A grows), a property of that type.
+  Model m = grouped_model(true);
+  m.data[5] = 30;
+  const index_t P = m.nprocs();
+  for (const auto mode : {BinByBinMode::lite, BinByBinMode::full})
+    for (const auto type : {BinByBinType::gamma, BinByBinType::normal_multiplicative, BinByBinType::normal_additive}) {
+      INFO("mode " << static_cast<int>(mode) << " type " << static_cast<int>(type));
+      LikelihoodOptions lo;  // squared POIs: μ ≥ 0 keeps every yield, and so every β̂, positive
+      lo.bin_by_bin.mode = mode;
+      lo.bin_by_bin.type = type;
+      SerialLikelihood nll(m, {}, lo);
+      const FitResult best = fit(nll, tight());
+      REQUIRE(best.converged());
+      const index_t n = nll.size();
+      const std::vector<double> v(best.covariance.begin(), best.covariance.begin() + n);  // C·e_0
+      const double var = nll.bin_by_bin_variance(best.x, ConstBlockView<double>(v.data(), n, 1))[0];
+      // Independently: β̂ by central differences along v, weighted by the constraint's curvature at
+      // β̂ (gamma k·β₀/β̂², normal-multiplicative k, normal-additive 1) with k = sumw²/sumw2 of the
+      // entry's cells that have variances.
+      const auto beta = [&](double t) {
+        std::vector<double> x = best.x;
+        for (index_t i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] += t * v[static_cast<std::size_t>(i)];
+        return nll.bin_by_bin_parameters(x);
+      };
+      const double h = 1e-4;
+      const auto bp = beta(h), bm = beta(-h), b0 = nll.bin_by_bin_parameters(best.x);
+      const index_t per = mode == BinByBinMode::lite ? 1 : P;
+      double expected = 0;
+      for (index_t b = 0; b < m.nbins(); ++b)
+        for (index_t e = 0; e < per; ++e) {
+          double sw = 0, s2 = 0;
+          for (index_t p = per == 1 ? 0 : e; p < (per == 1 ? P : e + 1); ++p) {
+            const auto c = static_cast<std::size_t>(b * P + p);
+            if (m.sumw2[c] > 0) {
+              sw += m.nominal[c];
+              s2 += m.sumw2[c];
+            }
+          }
+          if (s2 == 0 || sw == 0) continue;
+          const auto at = static_cast<std::size_t>(b * per + e);
+          const double k = sw * sw / s2, db = (bp[at] - bm[at]) / (2 * h);
+          const double w = type == BinByBinType::gamma ? k / (b0[at] * b0[at]) : type == BinByBinType::normal_multiplicative ? k : 1.0;
+          expected += w * db * db;
+        }
+      CHECK(expected > 0);
+      CHECK(var == Approx(expected).epsilon(1e-6));
+      const Impacts imp = global_impacts(nll, best);
+      CHECK(imp.group(0, imp.group_index("binByBinStat")) == Approx(std::sqrt(var)).epsilon(1e-12));
     }
-    if (s2 == 0) continue;
-    const auto bu = static_cast<std::size_t>(b);
-    const double k = sw * sw / s2, db = (bp[bu] - bm[bu]) / (2 * h);
-    expected += k / (b0[bu] * b0[bu]) * db * db;
-  }
-  CHECK(var == Approx(expected).epsilon(1e-6));
-  const Impacts imp = global_impacts(nll, best);
-  CHECK(imp.group(0, imp.group_index("binByBinStat")) == Approx(std::sqrt(var)).epsilon(1e-12));
 }
 
 TEST_CASE("postfit: a profile scan of a quadratic NLL is the parabola of its σ", "[postfit]") {

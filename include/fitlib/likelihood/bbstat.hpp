@@ -302,30 +302,70 @@ inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm ter
   return {t.nll + lb, t.d2 / q, -t.w * t.d2 / q, t.d2 * t.w * t.w / q};
 }
 
-/// How β̂ of lite data bin `i` follows its cell yields: dβ̂ = Σ_p r_p·dm_p, by the implicit function
-/// theorem on ∂G/∂β = 0 with G the bin's joint term (§3.4): r_p = −G_βm_p / G_ββ. Writes r (P
-/// entries; zero where β is fixed) and returns the constraint's curvature ∂²L_β/∂β² at β̂ (0 where
-/// fixed), the weight of β₀ as a global observable (§5.2). Separable data terms only.
-inline double lite_beta_slope(const BinByBinStats& st, index_t i, DataTerm term, double n, double aux, const double* m, index_t P,
-                              double beta, double* r) {
-  std::fill_n(r, P, 0.0);
-  const auto at = static_cast<std::size_t>(i);
-  if (!st.enabled || st.fixed[at]) return 0;
-  double nu = 0;
-  for (index_t p = 0; p < P; ++p) nu += m[p];
-  if (!st.multiplicative()) {  // ∂G/∂β = D'(ν + sβ)·s + β − β₀
-    const double s = st.sigma[at], d2 = data_term(term, nu + s * beta, n, aux).d2;
-    for (index_t p = 0; p < P; ++p) r[p] = -d2 * s / (d2 * s * s + 1);
-    return 1;
+/// The variance that bin `i`'s β₀ give through β̂ when the cell yields move by dm (per process):
+/// Σ_e L_β''(β̂_e)·dβ̂_e², the weighted square of β̂'s response, the bin's share of the bin-by-bin
+/// global impact (§5.2). dβ̂ solves G_ββ·dβ̂ = −G_βm·dm (implicit function theorem on ∂G/∂β = 0, G
+/// the bin's joint term, §3.4); in full mode G_ββ = diag(L_β'') + D''·c·cᵀ (c = m for multiplicative
+/// β, √sumw2 for additive) is inverted by Sherman–Morrison. `beta`: β̂ of the bin (per_bin entries).
+/// Fixed entries do not move and weigh nothing. Separable data terms only.
+inline double beta_response_variance(const BinByBinStats& st, index_t i, DataTerm term, double n, double aux, const double* m, const double* dm,
+                                     index_t P, const double* beta) {
+  if (!st.enabled) return 0;
+  if (st.mode == BinByBinMode::lite) {
+    const auto at = static_cast<std::size_t>(i);
+    if (st.fixed[at]) return 0;
+    double nu = 0, dnu = 0;
+    for (index_t p = 0; p < P; ++p) {
+      nu += m[p];
+      dnu += dm[p];
+    }
+    const double b = beta[0];
+    if (!st.multiplicative()) {  // ∂G/∂β = D'(ν + sβ)·s + β − β₀
+      const double s = st.sigma[at], d2 = data_term(term, nu + s * b, n, aux).d2;
+      const double db = -d2 * s * dnu / (d2 * s * s + 1);
+      return db * db;
+    }
+    // ∂G/∂β = D'(βA + Z)·A + L_β'(β), A the active cells' yield.
+    const unsigned char* act = st.active.data() + i * P;
+    double A = 0, Z = 0, dA = 0, dZ = 0;
+    for (index_t p = 0; p < P; ++p) {
+      (act[p] ? A : Z) += m[p];
+      (act[p] ? dA : dZ) += dm[p];
+    }
+    const BinTerm t = data_term(term, b * A + Z, n, aux);
+    const double l2 = beta_term(st.type, b, st.kstat[at], st.beta0[at]).d2;
+    const double db = -(t.d2 * A * (b * dA + dZ) + t.w * dA) / (t.d2 * A * A + l2);
+    return l2 * db * db;
   }
-  // ∂G/∂β = D'(βA + Z)·A + L_β'(β), A the active cells' yield.
-  const unsigned char* act = st.active.data() + i * P;
-  double A = 0, Z = 0;
-  for (index_t p = 0; p < P; ++p) (act[p] ? A : Z) += m[p];
-  const BinTerm t = data_term(term, beta * A + Z, n, aux);
-  const double l2 = beta_term(st.type, beta, st.kstat[at], st.beta0[at]).d2, gbb = t.d2 * A * A + l2;
-  for (index_t p = 0; p < P; ++p) r[p] = -(t.d2 * (act[p] ? beta : 1.0) * A + t.w * act[p]) / gbb;
-  return l2;
+  // Full mode, one β per cell.
+  const auto at = static_cast<std::size_t>(i * P);
+  const unsigned char* fx = st.fixed.data() + at;
+  const bool mult = st.multiplicative();
+  double nt = 0, dsum = 0;  // ν̃ and Σ_p β_p·dm_p (multiplicative) or Σ_p dm_p (additive)
+  for (index_t p = 0; p < P; ++p) {
+    nt += mult ? beta[p] * m[p] : m[p] + st.sigma[at + static_cast<std::size_t>(p)] * beta[p];
+    dsum += mult ? beta[p] * dm[p] : dm[p];
+  }
+  const BinTerm t = data_term(term, nt, n, aux);
+  // G_ββ = diag(l2) + D''·c·cᵀ; rhs_p = −(D''·c_p·dsum + D'·dm_p [multiplicative only]).
+  double cc = 0, crhs = 0;  // Σ c²/l2 and Σ c·rhs/l2 over the free entries
+  std::vector<double> l2(static_cast<std::size_t>(P), 0.0), c(static_cast<std::size_t>(P), 0.0), rhs(static_cast<std::size_t>(P), 0.0);
+  for (index_t p = 0; p < P; ++p) {
+    if (fx[p]) continue;
+    const auto e = at + static_cast<std::size_t>(p), q = static_cast<std::size_t>(p);
+    l2[q] = beta_term(st.type, beta[p], st.kstat[e], st.beta0[e]).d2;
+    c[q] = mult ? m[p] : st.sigma[e];
+    rhs[q] = -(t.d2 * c[q] * dsum + (mult ? t.w * dm[p] : 0.0));
+    cc += c[q] * c[q] / l2[q];
+    crhs += c[q] * rhs[q] / l2[q];
+  }
+  double var = 0;
+  for (std::size_t q = 0; q < static_cast<std::size_t>(P); ++q) {
+    if (l2[q] == 0) continue;
+    const double db = rhs[q] / l2[q] - t.d2 * (c[q] / l2[q]) * crhs / (1 + t.d2 * cc);
+    var += l2[q] * db * db;
+  }
+  return var;
 }
 
 /// The covariance data term couples the bins (§3.1, §3.4). Profiling Gaussian β there is a

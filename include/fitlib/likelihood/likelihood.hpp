@@ -236,7 +236,7 @@ class Likelihood {
 
   /// Σ_b L_β''(β̂_b)·(dβ̂_b/dx·v_k)² for each column v_k of `v` (`[n × nv]`): the variance that the
   /// bin-by-bin β₀ (as global observables, §5.2) give a target whose covariance column is v_k.
-  /// Lite mode with a separable data term; zeros without bin-by-bin statistics.
+  /// Separable data terms (lite or full); zeros without bin-by-bin statistics.
   std::vector<double> bin_by_bin_variance(std::span<const double> x, ConstBlockView<double> v) {
     std::vector<double> var(static_cast<std::size_t>(v.cols), 0.0);
     if (bin_by_bin_per_bin() == 0) return var;

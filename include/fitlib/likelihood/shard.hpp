@@ -217,34 +217,30 @@ class Shard<Policy, Storage> {
     }
   }
 
-  /// The bin-by-bin part of the global impacts (rabbit-likelihood-and-format.md §5.2), lite mode:
-  /// for each direction v_k (a column of the covariance), Σ_b L_β''(β̂_b)·(dβ̂_b/dx·v_k)² over the
-  /// shard's data bins, added to `var[k]`. dβ̂/dx·v = r_b·(J_b·v) with r from lite_beta_slope.
+  /// The bin-by-bin part of the global impacts (rabbit-likelihood-and-format.md §5.2): for each
+  /// direction v_k (a column of the covariance), Σ over the shard's β entries of L_β''·(dβ̂/dx·v_k)²,
+  /// added to `var[k]` (bbstat.hpp, beta_response_variance). Separable data terms.
   void bin_by_bin_variance(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> var) {
     const index_t P = nprocs_, nv = v.cols;
     if (!bb_.enabled) return;
-    if (bb_.mode != BinByBinMode::lite) throw usage_error("the bin-by-bin part of global impacts is implemented for lite mode only");
     prepare_columns(x.block_cols(0, 1), v);
     double* L = cell_L_.data();
     detail::CellYield* cy = cells_.data();
-    std::vector<double> r(static_cast<std::size_t>(P));
+    std::vector<double> beta(static_cast<std::size_t>(P)), m(static_cast<std::size_t>(P)), dm(static_cast<std::size_t>(P));
     for (index_t i = 0; i < ndata_; ++i) {
       const index_t nc = tpl_.cells(i);
+      const double n = data_[static_cast<std::size_t>(i)], aux = aux_[static_cast<std::size_t>(i)];
       tpl_.forward(i, coef_.data(), 1 + nv, L, true);
       cell_yields(i, 0, L, cy);
-      double beta = 0;
-      detail::profile_bin(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)], m_.data(), P, g_.data(),
-                          delta_.data(), u1_.data(), u2_.data(), &beta);
-      const double w = detail::lite_beta_slope(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)],
-                                               m_.data(), P, beta, r.data());
-      if (w == 0) continue;
+      std::copy_n(m_.data(), P, m.data());
+      detail::profile_bin(bb_, i, data_term_, n, aux, m.data(), P, g_.data(), delta_.data(), u1_.data(), u2_.data(), beta.data());
       for (index_t k = 0; k < nv; ++k) {
-        double db = 0;
+        std::fill(dm.begin(), dm.end(), 0.0);
         for (index_t c = 0; c < nc; ++c) {
           const index_t p = tpl_.process(i, c), q = poi_of_process_[static_cast<std::size_t>(p)];
-          db += r[static_cast<std::size_t>(p)] * (cy[c].d_mu * (q >= 0 ? v(q, k) : 0.0) + cy[c].d_L * L[c + (1 + k) * P]);
+          dm[static_cast<std::size_t>(p)] = cy[c].d_mu * (q >= 0 ? v(q, k) : 0.0) + cy[c].d_L * L[c + (1 + k) * P];
         }
-        var[static_cast<std::size_t>(k)] += w * db * db;
+        var[static_cast<std::size_t>(k)] += detail::beta_response_variance(bb_, i, data_term_, n, aux, m.data(), dm.data(), P, beta.data());
       }
     }
   }

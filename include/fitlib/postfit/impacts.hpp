@@ -176,8 +176,8 @@ Impacts traditional_impacts(Lik& lik, const FitResult& r) {
 /// the shift of each target when a global observable moves by its own uncertainty, to first order.
 /// - per constrained nuisance j: √w_j·C_ij (w_j its constraint weight);
 /// - per group: the quadrature sum of its members;
-/// - "binByBinStat": √(Σ_b L_β''·(dβ̂_b/dx·C e_i)²), the bin-by-bin β₀ as global observables (lite
-///   mode, separable data terms);
+/// - "binByBinStat": √(Σ_b L_β''·(dβ̂_b/dx·C e_i)²), the bin-by-bin β₀ as global observables
+///   (separable data terms: Poisson or χ²);
 /// - "stat": the data's part, √(C_ii − Σ_j I_ij² − binByBinStat²).
 /// Frozen parameters are no sources; POI priors and external terms are not treated as global
 /// observables, so their share stays in "stat".
