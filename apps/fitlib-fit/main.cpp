@@ -193,7 +193,8 @@ void blind(io::FitRecord& f, const Blinding& b) {
 
 /// One fit to the likelihood's current data, then what the options ask for after it.
 template <class Lik, class Sub>
-io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const std::string& name, std::span<const double> counts) {
+io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const std::string& name, std::span<const double> counts,
+                      std::span<const double> variances = {}) {
   const auto t0 = std::chrono::steady_clock::now();
   io::FitRecord rec;
   rec.name = name;
@@ -208,7 +209,7 @@ io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const
   }
   const auto t1 = std::chrono::steady_clock::now();
   FitResult& r = rec.result;
-  rec.nll_full = r.nll + nll_constant(lik.model(), lik.options(), counts);
+  rec.nll_full = r.nll + nll_constant(lik.model(), lik.options(), counts, variances);
   rec.gof = saturated_gof(lik.model(), r);
   rec.bin_by_bin_per_bin = lik.bin_by_bin_per_bin();
   if (rec.bin_by_bin_per_bin > 0) rec.bin_by_bin = lik.bin_by_bin_parameters(r.x);
@@ -255,7 +256,7 @@ std::vector<io::FitRecord> run_fits(Lik& lik, const TrustRegion<Sub>& tr, const 
       }
     } else if (t == 0) {
       lik.set_data(observed, variances);
-      out.push_back(fit_one(lik, tr, a, "data", observed));
+      out.push_back(fit_one(lik, tr, a, "data", observed, variances));
       blind(out.back(), blinding);
     } else {
       const ToyOptions to = toy_options(a);

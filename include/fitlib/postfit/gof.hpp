@@ -90,6 +90,10 @@ inline double nll_constant(const Model& m, const LikelihoodOptions& opts, std::s
       for (double v : variances) c += half_log_2pi + 0.5 * std::log(v);
       break;
     case DataTerm::covariance: {
+      if (m.data_covariance_inverse.empty()) {  // the term is then the χ² term (docs/likelihood.md)
+        for (double v : variances) c += half_log_2pi + 0.5 * std::log(v);
+        break;
+      }
       const index_t B = m.nbins();
       const Eigen::LDLT<Eigen::MatrixXd> ldlt(Eigen::Map<const Eigen::MatrixXd>(m.data_covariance_inverse.data(), B, B));
       c += static_cast<double>(B) * half_log_2pi - 0.5 * ldlt.vectorD().array().log().sum();
