@@ -218,11 +218,21 @@ io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const
   if (a.do_scan) {
     std::vector<std::string> params = a.scan;
     if (params.empty())
-      for (index_t t : impact_targets(lik.model())) params.push_back(r.names[static_cast<std::size_t>(t)]);
+      for (index_t t : impact_targets(lik.model()))
+        if (!r.frozen[static_cast<std::size_t>(t)]) params.push_back(r.names[static_cast<std::size_t>(t)]);
     ScanOptions so;
     so.points = a.scan_points;
     so.range = a.scan_range;
-    for (const auto& p : params) rec.scans.push_back(profile_scan(lik, tr, r, p, so));
+    for (const auto& p : params) {
+      // A scan needs a finite σ to set its range; without one (a failed covariance) the fit's results
+      // are still written, without that scan.
+      const double sigma = r.uncertainties[static_cast<std::size_t>(r.index(p))];
+      if (r.frozen[static_cast<std::size_t>(r.index(p))] || !(sigma > 0) || !std::isfinite(sigma)) {
+        std::fprintf(stderr, "fitlib-fit: warning: fit '%s': no scan of '%s' (frozen, or its uncertainty is %g)\n", name.c_str(), p.c_str(), sigma);
+        continue;
+      }
+      rec.scans.push_back(profile_scan(lik, tr, r, p, so));
+    }
   }
   const auto t2 = std::chrono::steady_clock::now();
   rec.minimize_seconds = std::chrono::duration<double>(t1 - t0).count();
