@@ -32,7 +32,7 @@ struct Args {
   std::string toys_syst = "frequentist", toys_data = "poisson", toys_data_mode = "expected";
   std::vector<std::string> pseudodata;
   bool use_pseudodata = false;
-  std::string method = "trust-krylov";
+  std::string method = "trust-krylov", preconditioning = "none";
   double gtol = 0, edm_tol = 1e-12;
   index_t maxiter = 0;
   bool no_bbb = false;
@@ -201,6 +201,8 @@ io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const
   FitOptions fo;
   fo.frozen = a.freeze;
   fo.covariance = !a.no_hessian;
+  fo.preconditioning = choose<Preconditioning>("--preconditioning", a.preconditioning,
+                                               {{"none", Preconditioning::none}, {"diagonal", Preconditioning::diagonal}, {"cholesky", Preconditioning::cholesky}});
   ProgressPrinter progress(stderr, 1);
   if (a.quiet) rec.result = fit(lik, tr, fo);
   else {
@@ -342,6 +344,7 @@ nlohmann::json options_json(const Args& a) {
           {"minimizerGtol", a.gtol},
           {"minimizerEdmTol", a.edm_tol},
           {"minimizerMaxiter", a.maxiter},
+          {"preconditioning", a.preconditioning},
           {"binByBinStat", !a.no_bbb},
           {"binByBinStatType", a.bbb_type},
           {"binByBinStatMode", a.bbb_mode},
@@ -380,6 +383,9 @@ int main(int argc, char** argv) {
                  ->expected(0, -1);
   app.add_option("--minimizerMethod", a.method, "trust-krylov (GLTR), trust-ncg (Steihaug CG) or trust-exact (Moré–Sorensen)")
       ->check(CLI::IsMember({"trust-krylov", "trust-ncg", "trust-exact"}))
+      ->capture_default_str();
+  app.add_option("--preconditioning", a.preconditioning, "change of variables from the prefit Hessian: none, diagonal, cholesky")
+      ->check(CLI::IsMember({"none", "diagonal", "cholesky"}))
       ->capture_default_str();
   app.add_option("--minimizerGtol", a.gtol, "stop when the gradient norm is below this (0 = off, as rabbit)")->capture_default_str();
   app.add_option("--minimizerEdmTol", a.edm_tol, "stop when the EDM ½gᵀH⁻¹g is below this")->capture_default_str();

@@ -10,6 +10,7 @@
 
 #include "fitlib/fit.hpp"
 #include "fitlib/io/rabbit.hpp"
+#include "model_checks.hpp"
 
 using namespace fitlib;
 
@@ -46,9 +47,9 @@ void compare(const std::string& tensor, const std::string& file, const std::stri
   for (std::size_t i = 0; i < x.size(); ++i) {
     INFO(tensor << " " << config << " " << r.names[i]);
     // Targets 1e-4 σ and 1e-4 relative. Measured: ≤ 1e-13 with bin-by-bin statistics; without, the
-    // fits stop within ~1e-6 σ of each other (rabbit's own results move by ~1e-6 σ between thread
-    // counts), which moves σ of the unconstrained slope by up to 1e-5 relative.
-    CHECK(std::abs(r.x[i] - x[i]) < 1e-5 * sigma[i]);
+    // dense fit stops 6e-7 σ from rabbit's point (rabbit's own results move by ~1e-6 σ between thread
+    // counts), which moves σ of the unconstrained slope, a non-linear direction, by 9e-6 relative.
+    CHECK(std::abs(r.x[i] - x[i]) < 1e-6 * sigma[i]);
     CHECK(std::abs(r.uncertainties[i] / sigma[i] - 1) < 3e-5);
   }
   CHECK(std::abs(r.nll - ref["nllvalreduced"].get<double>()) < 1e-9);  // target 1e-6; measured ~4e-12
@@ -74,11 +75,8 @@ TEST_CASE("io: rabbit's Blosc2-compressed tensors read as their gzip twins", "[i
   for (const char* stem : {"test_tensor", "test_tensor_sparse"}) {
     INFO(stem);
     const io::RabbitTensor b = io::read_rabbit(fixture + stem + ".hdf5"), g = io::read_rabbit(fixture + stem + "_gzip.hdf5");
-    CHECK(b.model.nominal_yields() == g.model.nominal_yields());
-    CHECK(b.model.logk == g.model.logk);
+    test::check_same_model(b.model, g.model);
     if (b.model.sparse) CHECK(b.model.sparse->val == g.model.sparse->val);
-    CHECK(b.model.data == g.model.data);
-    CHECK(b.model.sumw2 == g.model.sumw2);
     CHECK(b.sha256 != g.sha256);
   }
   io::hdf5::set_plugin_search_path(saved);

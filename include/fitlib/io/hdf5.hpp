@@ -911,16 +911,27 @@ inline std::vector<std::size_t> logical_shape(const Location& loc, const std::st
   return out;
 }
 
+/// A dataset opened for reading, with its stored type and type class, and its name for messages.
+struct TypedDataset {
+  Handle ds, type;
+  std::string what;
+  H5T_class_t cls;
+};
+
+inline TypedDataset open_typed(const Location& loc, const std::string& name) {
+  TypedDataset t{open_dataset(loc, name), {}, loc.describe("dataset", name), H5T_NO_CLASS};
+  t.type = Handle(H5Dget_type(t.ds.get()), H5Tclose);
+  if (!t.type) throw file_error("cannot read the type of " + t.what + ": " + stack_message());
+  t.cls = H5Tget_class(t.type.get());
+  return t;
+}
+
 /// Reads a numeric dataset converted to T (double or int64). Integers convert to double only if
 /// `accept_integers`; floating point never converts to int64.
 template <class T>
 Array<T> read_numeric(const Location& loc, const std::string& name, bool accept_integers) {
   const ErrorSilencer quiet;
-  Handle ds = open_dataset(loc, name);
-  const std::string what = loc.describe("dataset", name);
-  Handle type(H5Dget_type(ds.get()), H5Tclose);
-  if (!type) throw file_error("cannot read the type of " + what + ": " + stack_message());
-  const H5T_class_t cls = H5Tget_class(type.get());
+  const auto [ds, type, what, cls] = open_typed(loc, name);
   const bool ok = std::is_same_v<T, double> ? (cls == H5T_FLOAT || (accept_integers && cls == H5T_INTEGER)) : cls == H5T_INTEGER;
   if (!ok) {
     const char* expected = std::is_same_v<T, double> ? (accept_integers ? "numbers" : "floating-point numbers") : "integers";
@@ -1039,11 +1050,7 @@ inline Array<std::int64_t> read_int64s(const Location& loc, const std::string& n
 /// A string dataset (variable-length or fixed-length, ASCII or UTF-8, any rank) as strings, row-major.
 inline std::vector<std::string> read_strings(const Location& loc, const std::string& name) {
   const ErrorSilencer quiet;
-  Handle ds = detail::open_dataset(loc, name);
-  const std::string what = loc.describe("dataset", name);
-  Handle type(H5Dget_type(ds.get()), H5Tclose);
-  if (!type) throw file_error("cannot read the type of " + what + ": " + detail::stack_message());
-  const H5T_class_t cls = H5Tget_class(type.get());
+  const auto [ds, type, what, cls] = detail::open_typed(loc, name);
   if (cls != H5T_STRING)
     throw file_error(what + " holds " + detail::class_name(cls) +
                      " values, expected strings; the file was not written by the expected program or was modified: regenerate it");
@@ -1099,11 +1106,7 @@ inline std::vector<std::string> read_strings(const Location& loc, const std::str
 /// A dataset of variable-length integer sequences (e.g. rabbit's hsystgroupidxs) as ragged int64 rows.
 inline std::vector<std::vector<std::int64_t>> read_ragged(const Location& loc, const std::string& name) {
   const ErrorSilencer quiet;
-  Handle ds = detail::open_dataset(loc, name);
-  const std::string what = loc.describe("dataset", name);
-  Handle type(H5Dget_type(ds.get()), H5Tclose);
-  if (!type) throw file_error("cannot read the type of " + what + ": " + detail::stack_message());
-  const H5T_class_t cls = H5Tget_class(type.get());
+  const auto [ds, type, what, cls] = detail::open_typed(loc, name);
   Handle base(cls == H5T_VLEN ? H5Tget_super(type.get()) : H5I_INVALID_HID, H5Tclose);
   const H5T_class_t base_cls = base ? H5Tget_class(base.get()) : H5T_NO_CLASS;
   if (cls != H5T_VLEN || base_cls != H5T_INTEGER)

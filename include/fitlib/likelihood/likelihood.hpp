@@ -55,6 +55,8 @@ class Likelihood {
       covariance_ = CovarianceTerm(*model_, BinByBinStats::build(*model_, {0, model_->nbins()}, opts_.bin_by_bin, opts_.data_term));
       counts_ = model_->data;
     }
+    const BinByBinStats bb = BinByBinStats::build(*model_, {0, 0}, opts_.bin_by_bin, opts_.data_term);
+    bb_per_bin_ = bb.enabled ? bb.per_bin() : 0;
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
     for (const BinRange& r : partition_bins(*model_, k)) shards_.emplace_back(model_, r, policy, opts_);
     partial_.resize(shards_.size());
@@ -212,10 +214,7 @@ class Likelihood {
   }
 
   /// Bin-by-bin parameters per data bin: 1 (lite) or nprocs (full); 0 without bin-by-bin statistics.
-  index_t bin_by_bin_per_bin() const {
-    const BinByBinStats st = BinByBinStats::build(*model_, {0, 0}, opts_.bin_by_bin, opts_.data_term);
-    return st.enabled ? st.per_bin() : 0;
-  }
+  index_t bin_by_bin_per_bin() const { return bb_per_bin_; }
 
   /// The profiled bin-by-bin parameters β̂ at x (rabbit's postfit β, §2.5, §3.4): `[nbins × per_bin]`
   /// row-major (see bin_by_bin_per_bin), β₀ where β is fixed; empty without bin-by-bin statistics.
@@ -532,6 +531,7 @@ class Likelihood {
   std::shared_ptr<const Model> model_;
   LikelihoodOptions opts_;
   index_t nparams_ = 0, npoi_ = 0;
+  index_t bb_per_bin_ = 0;  ///< β entries per data bin, 0 without bin-by-bin statistics
   std::vector<std::string> names_;
   std::vector<double> theta0_;  ///< constraint centres, the model's unless replaced
   std::vector<ResolvedTerm> external_;

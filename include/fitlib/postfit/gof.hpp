@@ -82,23 +82,16 @@ inline double nll_constant(const Model& m, const LikelihoodOptions& opts, std::s
   if (static_cast<index_t>(counts.size()) != m.nbins()) throw usage_error("nll_constant needs one count per unmasked bin");
   if (variances.empty()) variances = counts;
   double c = 0;
-  switch (opts.data_term) {
-    case DataTerm::poisson:
-      for (double n : counts) c += n - (n > 0 ? n * std::log(n) : 0.0) + std::lgamma(n + 1);
-      break;
-    case DataTerm::chisq:
-      for (double v : variances) c += half_log_2pi + 0.5 * std::log(v);
-      break;
-    case DataTerm::covariance: {
-      if (m.data_covariance_inverse.empty()) {  // the term is then the χ² term (docs/likelihood.md)
-        for (double v : variances) c += half_log_2pi + 0.5 * std::log(v);
-        break;
-      }
-      const index_t B = m.nbins();
-      const Eigen::LDLT<Eigen::MatrixXd> ldlt(Eigen::Map<const Eigen::MatrixXd>(m.data_covariance_inverse.data(), B, B));
-      c += static_cast<double>(B) * half_log_2pi - 0.5 * ldlt.vectorD().array().log().sum();
-      break;
-    }
+  // Without an inverse covariance the covariance term is the χ² term (docs/likelihood.md).
+  const bool covariance = opts.data_term == DataTerm::covariance && !m.data_covariance_inverse.empty();
+  if (opts.data_term == DataTerm::poisson) {
+    for (double n : counts) c += n - (n > 0 ? n * std::log(n) : 0.0) + std::lgamma(n + 1);
+  } else if (covariance) {
+    const index_t B = m.nbins();
+    const Eigen::LDLT<Eigen::MatrixXd> ldlt(Eigen::Map<const Eigen::MatrixXd>(m.data_covariance_inverse.data(), B, B));
+    c += static_cast<double>(B) * half_log_2pi - 0.5 * ldlt.vectorD().array().log().sum();
+  } else {
+    for (double v : variances) c += half_log_2pi + 0.5 * std::log(v);
   }
   for (double w : m.constraint_weights)
     if (w > 0) c += half_log_2pi - 0.5 * std::log(w);
