@@ -4,13 +4,16 @@
 // (§6) where rabbit has them.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <regex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +33,7 @@ struct Args {
   std::vector<int> toys = {-1};
   std::uint64_t seed = 123456789;
   std::string toys_syst = "frequentist", toys_data = "poisson", toys_data_mode = "expected";
+  int replica_batch = 0;
   std::vector<std::string> pseudodata;
   bool use_pseudodata = false;
   std::string method = "trust-krylov", preconditioning = "none";
@@ -191,24 +195,23 @@ void blind(io::FitRecord& f, const Blinding& b) {
 
 // ---- the fits ---------------------------------------------------------------------------------
 
-/// One fit to the likelihood's current data, then what the options ask for after it.
-template <class Lik, class Sub>
-io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const std::string& name, std::span<const double> counts,
-                      std::span<const double> variances = {}) {
-  const auto t0 = std::chrono::steady_clock::now();
-  io::FitRecord rec;
-  rec.name = name;
+/// The options of every fit of the run; toys fitted in batches use them too, so that a batched toy
+/// is the same fit as a toy fitted alone.
+FitOptions fit_options(const Args& a) {
   FitOptions fo;
   fo.frozen = a.freeze;
   fo.covariance = !a.no_hessian;
   fo.preconditioning = choose<Preconditioning>("--preconditioning", a.preconditioning,
                                                {{"none", Preconditioning::none}, {"diagonal", Preconditioning::diagonal}, {"cholesky", Preconditioning::cholesky}});
-  ProgressPrinter progress(stderr, 1);
-  if (a.quiet) rec.result = fit(lik, tr, fo);
-  else {
-    std::fprintf(stderr, "fitlib-fit: fit '%s'\n", name.c_str());
-    rec.result = fit(lik, tr, fo, progress);
-  }
+  return fo;
+}
+
+/// What the options ask for after the fit in `rec` (full NLL, GoF, β̂, impacts, scans), with the
+/// likelihood holding that fit's data (`counts`, `variances`) and constraint centres. Expects
+/// rec.minimize_seconds set; sets the other timings.
+template <class Lik, class Sub>
+void postfit(io::FitRecord& rec, Lik& lik, const TrustRegion<Sub>& tr, const Args& a, std::span<const double> counts,
+             std::span<const double> variances = {}) {
   const auto t1 = std::chrono::steady_clock::now();
   FitResult& r = rec.result;
   rec.nll_full = r.nll + nll_constant(lik.model(), lik.options(), counts, variances);
@@ -230,24 +233,160 @@ io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const
       // are still written, without that scan.
       const double sigma = r.uncertainties[static_cast<std::size_t>(r.index(p))];
       if (r.frozen[static_cast<std::size_t>(r.index(p))] || !(sigma > 0) || !std::isfinite(sigma)) {
-        std::fprintf(stderr, "fitlib-fit: warning: fit '%s': no scan of '%s' (frozen, or its uncertainty is %g)\n", name.c_str(), p.c_str(), sigma);
+        std::fprintf(stderr, "fitlib-fit: warning: fit '%s': no scan of '%s' (frozen, or its uncertainty is %g)\n", rec.name.c_str(), p.c_str(), sigma);
         continue;
       }
       rec.scans.push_back(profile_scan(lik, tr, r, p, so));
     }
   }
-  const auto t2 = std::chrono::steady_clock::now();
-  rec.minimize_seconds = std::chrono::duration<double>(t1 - t0).count();
-  rec.postfit_seconds = std::chrono::duration<double>(t2 - t1).count();
-  rec.total_seconds = std::chrono::duration<double>(t2 - t0).count();
+  rec.postfit_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  rec.total_seconds = rec.minimize_seconds + rec.postfit_seconds;
+}
+
+/// One fit to the likelihood's current data, then its postfit.
+template <class Lik, class Sub>
+io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const std::string& name, std::span<const double> counts,
+                      std::span<const double> variances = {}) {
+  const auto t0 = std::chrono::steady_clock::now();
+  io::FitRecord rec;
+  rec.name = name;
+  const FitOptions fo = fit_options(a);
+  ProgressPrinter progress(stderr, 1);
+  if (a.quiet) rec.result = fit(lik, tr, fo);
+  else {
+    std::fprintf(stderr, "fitlib-fit: fit '%s'\n", name.c_str());
+    rec.result = fit(lik, tr, fo, progress);
+  }
+  rec.minimize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  postfit(rec, lik, tr, a, counts, variances);
   return rec;
 }
 
+// ---- toys -------------------------------------------------------------------------------------
+
+/// Toys minimised together for `--replicaBatch` (0 = automatic) and `toys` toys; never wider than
+/// the toys, which would only leave places empty.
+index_t replica_width(const Args& a, int toys) {
+  const int b = a.replica_batch == 0 ? 64 : a.replica_batch;
+  return std::max<index_t>(1, std::min<index_t>(b, toys));
+}
+
+/// Pulls (x̂ − truth)/σ̂ and fitted values of the POIs and NOIs over the converged toys `fits`;
+/// `truth` holds each toy's generating values of those targets, toy after toy.
+io::ToySummary summarize_toys(const Model& m, std::span<const io::FitRecord> fits, const std::vector<double>& truth) {
+  const std::vector<index_t> targets = impact_targets(m);
+  io::ToySummary s;
+  s.toys = static_cast<index_t>(fits.size());
+  for (const auto& f : fits) s.converged += f.result.converged();
+  for (std::size_t k = 0; k < targets.size(); ++k) {
+    const auto i = static_cast<std::size_t>(targets[k]);
+    std::vector<double> values, pulls;
+    for (std::size_t t = 0; t < fits.size(); ++t) {
+      const FitResult& r = fits[t].result;
+      if (!r.converged()) continue;
+      values.push_back(r.x[i]);
+      pulls.push_back((r.x[i] - truth[t * targets.size() + k]) / r.uncertainties[i]);
+    }
+    s.targets.push_back({fits.empty() ? std::string() : fits.front().result.names[i], spread(values), spread(pulls)});
+  }
+  return s;
+}
+
+/// Toys 1..n as rabbit makes them (§5.5), fitted and postfitted into `out` as "toy<i>". With a
+/// width above 1 the toys are minimised as batches of replicas pooling their evaluations (each toy
+/// still the fit it is alone), in chunks of a few batches so that only a chunk's toys are held;
+/// then each toy's postfit runs on its own, as in the sequential path.
+template <class Lik, class Sub>
+io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int n, std::vector<io::FitRecord>& out) {
+  const Model& m = lik.model();
+  const ToyOptions to = toy_options(a);
+  const std::vector<double> x_default = lik.default_parameters();
+  const std::vector<index_t> targets = impact_targets(m);
+  std::vector<double> truth;
+  // The generating point: the default parameters, with the nuisances a Bayesian toy moved (a
+  // frequentist toy moves the centres θ₀ instead, so its nuisances' truth stays the model's θ₀).
+  auto generate = [&](int i) {
+    Toy toy = generate_toy(lik, a.seed, static_cast<std::uint64_t>(i), to);
+    const std::vector<double> x = toy.constraints.toy_parameters(x_default);
+    for (index_t t : targets) truth.push_back(x[static_cast<std::size_t>(t)]);
+    return toy;
+  };
+  const std::size_t first = out.size();
+  const index_t width = replica_width(a, n);
+  double seconds = 0;
+  std::optional<BatchStatistics> pooled;
+  if (width == 1) {
+    for (int i = 1; i <= n; ++i) {
+      const Toy toy = generate(i);
+      lik.set_data(toy.data);
+      lik.set_constraint_centres(toy.constraints.theta0);
+      out.push_back(fit_one(lik, tr, a, "toy" + std::to_string(i), toy.data));
+      lik.set_constraint_centres(m.theta0);
+      seconds += out.back().minimize_seconds;
+    }
+  } else {
+    const ReplicaBatch<> batch(width);
+    const int chunk = static_cast<int>(8 * width);
+    pooled.emplace();
+    for (int begin = 1; begin <= n; begin += chunk) {
+      const int end = std::min(n, begin + chunk - 1);
+      std::vector<ReplicaInputs> inputs;
+      for (int i = begin; i <= end; ++i) {
+        Toy toy = generate(i);
+        ReplicaInputs& in = inputs.emplace_back();
+        in.data = std::move(toy.data);
+        in.constraint_centres = std::move(toy.constraints.theta0);
+      }
+      if (!a.quiet) std::fprintf(stderr, "fitlib-fit: fit 'toy%d' … 'toy%d', %td at a time\n", begin, end, width);
+      lik.set_replicas(inputs);
+      const std::vector<FitOptions> options(inputs.size(), fit_options(a));
+      BatchResult b = batch.fit(lik, tr, std::span<const FitOptions>(options));
+      lik.set_replicas({});
+      pooled->evaluations += b.statistics.evaluations;
+      pooled->columns += b.statistics.columns;
+      pooled->active_fraction += b.statistics.active_fraction * static_cast<double>(b.statistics.rounds);  // normalised below
+      pooled->rounds += b.statistics.rounds;
+      seconds += b.statistics.seconds;
+      for (std::size_t k = 0; k < inputs.size(); ++k) {
+        const std::string name = "toy" + std::to_string(begin + static_cast<int>(k));
+        // Alone, a toy whose fit threw would end the run; batched, it must not pass for a fit.
+        if (!b.replicas[k].error.empty()) throw fitlib::error("fit '" + name + "' failed: " + b.replicas[k].error);
+        io::FitRecord rec;
+        rec.name = name;
+        rec.result = std::move(static_cast<FitResult&>(b.replicas[k]));
+        // The batch's time shared evenly: the toys were minimised together, not one by one.
+        rec.minimize_seconds = b.statistics.seconds / static_cast<double>(inputs.size());
+        lik.set_data(inputs[k].data);
+        lik.set_constraint_centres(inputs[k].constraint_centres);
+        postfit(rec, lik, tr, a, inputs[k].data);
+        lik.set_constraint_centres(m.theta0);
+        out.push_back(std::move(rec));
+      }
+    }
+    pooled->replicas = n;
+    pooled->width = width;
+    pooled->seconds = seconds;
+    if (pooled->rounds > 0) pooled->active_fraction /= static_cast<double>(pooled->rounds);
+  }
+  io::ToySummary s = summarize_toys(m, std::span<const io::FitRecord>(out).subspan(first), truth);
+  s.width = width;
+  s.seconds = seconds;
+  s.batch = pooled;
+  return s;
+}
+
+/// Every fit of a run, and the summary of its toys if it has any.
+struct Fits {
+  std::vector<io::FitRecord> records;
+  std::optional<io::ToySummary> toys;
+};
+
 /// Asimov, data, pseudodata and toys, in rabbit's order (§4.1, §5.5).
 template <class Lik, class Sub>
-std::vector<io::FitRecord> run_fits(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const io::RabbitTensor& in) {
+Fits run_fits(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const io::RabbitTensor& in) {
   const Model& m = lik.model();
-  std::vector<io::FitRecord> out;
+  Fits fits;
+  std::vector<io::FitRecord>& out = fits.records;
   const Blinding blinding = make_blinding(m, lik.parameter_names(), a);
   const std::vector<double> observed = m.data;
   const std::vector<double> variances = m.data_variance;
@@ -271,22 +410,15 @@ std::vector<io::FitRecord> run_fits(Lik& lik, const TrustRegion<Sub>& tr, const 
       out.push_back(fit_one(lik, tr, a, "data", observed, variances));
       blind(out.back(), blinding);
     } else {
-      const ToyOptions to = toy_options(a);
-      for (int i = 1; i <= t; ++i) {
-        const Toy toy = generate_toy(lik, a.seed, static_cast<std::uint64_t>(i), to);
-        lik.set_data(toy.data);
-        lik.set_constraint_centres(toy.constraints.theta0);
-        out.push_back(fit_one(lik, tr, a, "toy" + std::to_string(i), toy.data));
-        lik.set_constraint_centres(m.theta0);
-      }
+      fits.toys = run_toys(lik, tr, a, t, out);
     }
   }
   lik.set_data(observed, variances);
-  return out;
+  return fits;
 }
 
 template <class Lik>
-std::vector<io::FitRecord> run_with_method(Lik& lik, const Args& a, const io::RabbitTensor& in) {
+Fits run_with_method(Lik& lik, const Args& a, const io::RabbitTensor& in) {
   TrustRegionOptions o;
   o.gtol = a.gtol;
   o.edm_tol = a.edm_tol;
@@ -337,9 +469,23 @@ void print_summary(const Model& m, const io::FitRecord& f, bool squared_poi_off)
   std::printf("   time: minimisation %.3f s, postfit %.3f s\n", f.minimize_seconds, f.postfit_seconds);
 }
 
+/// The toys together: converged count, how fast, and per POI and NOI the spread of the fitted
+/// values and of the pulls.
+void print_toy_summary(const io::ToySummary& t) {
+  std::printf("\n== toys: %td of %td converged; minimisation %.3f s (%.4g toys/s), ", t.converged, t.toys, t.seconds, t.toys_per_second());
+  if (t.batch)
+    std::printf("%td at a time: %td pooled evaluations, active fraction %.3f\n", t.width, t.batch->evaluations, t.batch->active_fraction);
+  else
+    std::printf("one at a time\n");
+  std::printf("   %-32s %14s %12s %12s %12s\n", "parameter", "mean fitted", "std dev", "mean pull", "pull std dev");
+  for (const auto& p : t.targets)
+    std::printf("   %-32s %14.6g %12.6g %+12.4f %12.4f\n", p.name.c_str(), p.value.mean, p.value.stddev, p.pull.mean, p.pull.stddev);
+}
+
 nlohmann::json options_json(const Args& a) {
   return {{"toys", a.toys},
           {"seed", a.seed},
+          {"replicaBatch", a.replica_batch},
           {"minimizerMethod", a.method},
           {"minimizerGtol", a.gtol},
           {"minimizerEdmTol", a.edm_tol},
@@ -379,6 +525,9 @@ int main(int argc, char** argv) {
   app.add_option("--toysSystRandomize", a.toys_syst, "constraint randomisation of toys: frequentist, bayesian, none")->capture_default_str();
   app.add_option("--toysDataRandomize", a.toys_data, "data fluctuation of toys: poisson, normal, none")->capture_default_str();
   app.add_option("--toysDataMode", a.toys_data_mode, "centre of the toys' data: expected, observed")->capture_default_str();
+  app.add_option("--replicaBatch", a.replica_batch,
+                 "toys minimised together, their evaluations pooled (same results as one by one): 0 = min(64, N), 1 = one at a time")
+      ->capture_default_str();
   auto* pd = app.add_option("--pseudoData", a.pseudodata, "fit the tensor's pseudodata sets (names; none = all) instead of data with -t 0")
                  ->expected(0, -1);
   app.add_option("--minimizerMethod", a.method, "trust-krylov (GLTR), trust-ncg (Steihaug CG) or trust-exact (Moré–Sorensen)")
@@ -427,6 +576,12 @@ int main(int argc, char** argv) {
     if (a.threads > 1 && !a.quiet) std::fprintf(stderr, "fitlib-fit: note: evaluating on one thread (--threads %d requested)\n", a.threads);
     for (int t : a.toys)
       if (t < -1) throw usage_error("-t/--toys takes -1 (Asimov), 0 (data) or a number of toys N > 0, got " + std::to_string(t));
+    // Toy i is named toy<i> in every set, so a second set would overwrite the first's names.
+    if (std::count_if(a.toys.begin(), a.toys.end(), [](int t) { return t > 0; }) > 1)
+      throw usage_error("-t/--toys takes one number of toys N > 0 per run (toys are named toy1 … toyN); give the largest once");
+    if (a.replica_batch < 0)
+      throw usage_error("--replicaBatch must be ≥ 0 (0 = automatic, 1 = one toy at a time, B = B toys together), got " +
+                        std::to_string(a.replica_batch));
     const LikelihoodOptions lo = likelihood_options(a);
     (void)toy_options(a);
     for (const auto& u : a.unblind) {
@@ -459,7 +614,7 @@ int main(int argc, char** argv) {
                    in.model.nsyst(), read_seconds);
 
     auto model = std::make_shared<const Model>(std::move(in.model));
-    std::vector<io::FitRecord> fits;
+    Fits fits;
     // Names are checked before any fit runs, so a typo never costs a fit.
     const auto run_all = [&](auto& lik) {
       for (const auto& p : a.scan) (void)lik.parameter_index(p);
@@ -479,13 +634,14 @@ int main(int argc, char** argv) {
     run.input_sha256 = in.sha256;
     for (int i = 0; i < argc; ++i) run.command_line += (i ? " " : "") + std::string(argv[i]);
     run.options = options_json(a);
-    io::write_results(a.output, run, fits);
-    if (a.json) io::write_results_json(std::filesystem::path(a.output).replace_extension(".json").string(), run, fits);
-    for (const auto& f : fits) print_summary(*model, f, a.allow_negative_poi);
+    io::write_results(a.output, run, fits.records, fits.toys);
+    if (a.json) io::write_results_json(std::filesystem::path(a.output).replace_extension(".json").string(), run, fits.records, fits.toys);
+    for (const auto& f : fits.records) print_summary(*model, f, a.allow_negative_poi);
+    if (fits.toys) print_toy_summary(*fits.toys);
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("\nwrote %s%s; total %.3f s\n", a.output.c_str(), a.json ? " and its .json summary" : "", total);
     bool all_converged = true;
-    for (const auto& f : fits) all_converged = all_converged && f.result.converged();
+    for (const auto& f : fits.records) all_converged = all_converged && f.result.converged();
     return all_converged ? 0 : 3;
   } catch (const fitlib::error& e) {
     std::fprintf(stderr, "fitlib-fit: error: %s\n", e.what());

@@ -11,6 +11,9 @@ namespace fitlib {
 /// Signed index type for sizes and positions (matches Eigen's default index).
 using index_t = std::ptrdiff_t;
 
+/// A size chosen at run time rather than compile time (as Eigen's `Dynamic`), e.g. `ReplicaBatch<dynamic>`.
+inline constexpr index_t dynamic = -1;
+
 /// A non-owning view of a column-major matrix block: `rows × cols`, column `j` starts at
 /// `data + j·ld`. Parameter blocks `X[nparams × N]` and all partials travel as these, so the
 /// shard interface never exposes Eigen (or device) types.

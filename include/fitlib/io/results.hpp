@@ -17,6 +17,7 @@
 #include "fitlib/postfit/gof.hpp"
 #include "fitlib/postfit/impacts.hpp"
 #include "fitlib/postfit/scan.hpp"
+#include "fitlib/replica/replica_batch.hpp"
 #include "fitlib/version.hpp"
 
 namespace fitlib::io {
@@ -36,6 +37,27 @@ struct FitRecord {
   index_t bin_by_bin_per_bin = 0;
   std::vector<std::string> blinded;       ///< parameters reported in blinded coordinates
   double minimize_seconds = 0, postfit_seconds = 0, total_seconds = 0;
+};
+
+/// The toys of a run (`-t N`) together: per POI and NOI the spread of the fitted values and of the
+/// pulls over the converged toys, and how fast the toys were minimised.
+struct ToySummary {
+  struct Target {
+    std::string name;
+    Spread value;  ///< of x̂
+    Spread pull;   ///< of (x̂ − truth)/σ̂, truth = the toy's generating value
+  };
+  index_t toys = 0, converged = 0;
+  /// Toys minimised together (1: one after the other).
+  index_t width = 1;
+  /// Wall time of the minimisations alone (not toy generation, not postfit).
+  double seconds = 0;
+  /// The pooled evaluations of batched toys (width > 1); absent when they ran one after the other,
+  /// where nothing was pooled.
+  std::optional<BatchStatistics> batch;
+  std::vector<Target> targets;
+
+  double toys_per_second() const { return seconds > 0 ? static_cast<double>(toys) / seconds : std::numeric_limits<double>::quiet_NaN(); }
 };
 
 /// What describes the whole run.
@@ -92,10 +114,61 @@ inline std::vector<double> correlation(const std::vector<double>& cov, std::size
   return r;
 }
 
+inline void write_toys(const hdf5::Location& file, const ToySummary& t) {
+  const hdf5::Location g = hdf5::create_group(file, "toys");
+  hdf5::write_attribute(g, "toys", static_cast<std::int64_t>(t.toys));
+  hdf5::write_attribute(g, "converged", static_cast<std::int64_t>(t.converged));
+  hdf5::write_attribute(g, "width", static_cast<std::int64_t>(t.width));
+  hdf5::write_attribute(g, "seconds", t.seconds);
+  hdf5::write_attribute(g, "toys_per_second", t.toys_per_second());
+  if (t.batch) {
+    hdf5::write_attribute(g, "evaluations", static_cast<std::int64_t>(t.batch->evaluations));
+    hdf5::write_attribute(g, "columns", static_cast<std::int64_t>(t.batch->columns));
+    hdf5::write_attribute(g, "active_fraction", t.batch->active_fraction);
+  }
+  std::vector<std::string> names;
+  std::vector<double> value_mean, value_stddev, pull_mean, pull_stddev;
+  std::vector<std::int64_t> value_count, pull_count;
+  for (const auto& p : t.targets) {
+    names.push_back(p.name);
+    value_mean.push_back(p.value.mean);
+    value_stddev.push_back(p.value.stddev);
+    value_count.push_back(p.value.count);
+    pull_mean.push_back(p.pull.mean);
+    pull_stddev.push_back(p.pull.stddev);
+    pull_count.push_back(p.pull.count);
+  }
+  hdf5::write_strings(g, "parameters", names);
+  hdf5::write(g, "value_mean", std::span<const double>(value_mean));
+  hdf5::write(g, "value_stddev", std::span<const double>(value_stddev));
+  hdf5::write(g, "value_count", std::span<const std::int64_t>(value_count));
+  hdf5::write(g, "pull_mean", std::span<const double>(pull_mean));
+  hdf5::write(g, "pull_stddev", std::span<const double>(pull_stddev));
+  hdf5::write(g, "pull_count", std::span<const std::int64_t>(pull_count));
+}
+
+inline nlohmann::json spread_json(const Spread& s) {
+  return {{"mean", finite_or_null(s.mean)}, {"stddev", finite_or_null(s.stddev)}, {"count", s.count}};
+}
+
+inline nlohmann::json toys_json(const ToySummary& t) {
+  nlohmann::json j = {{"toys", t.toys},
+                      {"converged", t.converged},
+                      {"width", t.width},
+                      {"seconds", t.seconds},
+                      {"toys_per_second", finite_or_null(t.toys_per_second())}};
+  j["batch"] = t.batch ? nlohmann::json{{"evaluations", t.batch->evaluations}, {"columns", t.batch->columns}, {"active_fraction", t.batch->active_fraction}}
+                       : nlohmann::json(nullptr);
+  j["parameters"] = nlohmann::json::array();
+  for (const auto& p : t.targets) j["parameters"].push_back({{"name", p.name}, {"value", spread_json(p.value)}, {"pull", spread_json(p.pull)}});
+  return j;
+}
+
 }  // namespace detail
 
 /// Writes the run to `path` (created or truncated) in the layout of docs/results-format.md.
-inline void write_results(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits) {
+inline void write_results(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits,
+                          const std::optional<ToySummary>& toys = std::nullopt) {
   hdf5::FileOptions fo;
   fo.compress = false;  // mostly covariance-sized matrices of full-precision numbers: gzip gains little, costs much
   const hdf5::File file = hdf5::File::create(path, fo);
@@ -153,11 +226,13 @@ inline void write_results(const std::string& path, const RunInfo& run, const std
       hdf5::write_strings(sg, "status", detail::status_names(s.status));
     }
   }
+  if (toys) detail::write_toys(file, *toys);
 }
 
 /// The JSON summary of the run. The covariance is included up to `max_covariance_parameters`
 /// parameters (the HDF5 file always has it).
-inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitRecord>& fits, std::size_t max_covariance_parameters = 500) {
+inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitRecord>& fits, const std::optional<ToySummary>& toys = std::nullopt,
+                                   std::size_t max_covariance_parameters = 500) {
   nlohmann::json j;
   j["fitlib_version"] = FITLIB_VERSION_STRING;
   j["format_version"] = results_format_version;
@@ -195,14 +270,16 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
     fj["timing"] = {{"minimize_seconds", f.minimize_seconds}, {"postfit_seconds", f.postfit_seconds}, {"total_seconds", f.total_seconds}};
     j["fits"].push_back(fj);
   }
+  if (toys) j["toys"] = detail::toys_json(*toys);
   return j;
 }
 
 /// Writes `results_json` to `path`, indented.
-inline void write_results_json(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits) {
+inline void write_results_json(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits,
+                               const std::optional<ToySummary>& toys = std::nullopt) {
   std::ofstream out(path);
   if (!out) throw file_error("cannot write the JSON summary '" + path + "'; check that its directory exists and is writable");
-  out << results_json(run, fits).dump(1) << '\n';
+  out << results_json(run, fits, toys).dump(1) << '\n';
   if (!out) throw file_error("writing the JSON summary '" + path + "' failed (disk full?)");
 }
 

@@ -18,6 +18,7 @@
 #include "fitlib/likelihood/covariance_term.hpp"
 #include "fitlib/likelihood/options.hpp"
 #include "fitlib/likelihood/regularizer.hpp"
+#include "fitlib/likelihood/replica_inputs.hpp"
 #include "fitlib/likelihood/shard.hpp"
 #include "fitlib/model/model.hpp"
 
@@ -51,10 +52,10 @@ class Likelihood {
     }
     if (opts_.data_term == DataTerm::chisq)
       check_variances(model_->data_variance.empty() ? model_->data : model_->data_variance);
-    if (opts_.data_term == DataTerm::covariance) {
+    if (opts_.data_term == DataTerm::covariance)
       covariance_ = CovarianceTerm(*model_, BinByBinStats::build(*model_, {0, model_->nbins()}, opts_.bin_by_bin, opts_.data_term));
-      counts_ = model_->data;
-    }
+    counts_ = model_->data;
+    variances_ = model_->data_variance.empty() ? model_->data : model_->data_variance;
     const BinByBinStats bb = BinByBinStats::build(*model_, {0, 0}, opts_.bin_by_bin, opts_.data_term);
     bb_per_bin_ = bb.enabled ? bb.per_bin() : 0;
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
@@ -106,7 +107,8 @@ class Likelihood {
                           std::to_string(counts[i]) + "; counts must be finite and non-negative");
     if (variances.empty()) variances = counts;
     if (opts_.data_term == DataTerm::chisq) check_variances(variances);
-    if (opts_.data_term == DataTerm::covariance) counts_.assign(counts.begin(), counts.end());
+    counts_.assign(counts.begin(), counts.end());
+    variances_.assign(variances.begin(), variances.end());
     for (auto& s : shards_) {
       const BinRange r = s.bins();
       const index_t b1 = std::min(r.end, model_->nbins()), b0 = std::min(r.begin, b1);
@@ -128,6 +130,89 @@ class Likelihood {
   }
   const std::vector<double>& constraint_centres() const { return theta0_; }
 
+  // ---- replicas: per-column inputs for batched evaluations ----------------------------------
+
+  /// Gives the likelihood the inputs of `replicas.size()` replicas (see ReplicaInputs), replacing
+  /// any before; validated here, each field naming the replica and the bin or systematic. The
+  /// likelihood's own inputs (set_data, set_constraint_centres) stay as they are.
+  void set_replicas(std::vector<ReplicaInputs> replicas) {
+    const Model& m = *model_;
+    const auto nb = static_cast<std::size_t>(m.nbins()), ns = static_cast<std::size_t>(m.nsyst());
+    for (auto& s : shards_) s.clear_slots();
+    replicas_.clear();
+    selected_.clear();
+    for (std::size_t r = 0; r < replicas.size(); ++r) {
+      ReplicaInputs& in = replicas[r];
+      const std::string who = "replica " + std::to_string(r) + ": ";
+      auto need = [&](std::size_t size, std::size_t n, const char* what) {
+        if (size != 0 && size != n)
+          throw usage_error(who + what + " has " + std::to_string(size) + " entries; give " + std::to_string(n) + " or none");
+      };
+      need(in.data.size(), nb, "data");
+      need(in.variances.size(), nb, "variances");
+      need(in.constraint_centres.size(), ns, "constraint_centres");
+      need(in.bins.size(), nb, "bins");
+      need(in.penalty_scales.size(), regularizers_.size(), "penalty_scales (one per regularizer)");
+      if (!in.variances.empty() && in.data.empty()) throw usage_error(who + "variances are given without data; give both");
+      if (!in.bins.empty() && opts_.data_term == DataTerm::covariance)
+        throw usage_error(who + "a bin selection needs a separable data term (Poisson or χ²); the covariance term couples the bins");
+      for (std::size_t s = 0; s < in.constraint_centres.size(); ++s)
+        if (!std::isfinite(in.constraint_centres[s]))
+          throw usage_error(who + "constraint centre of systematic '" + m.systematics[s].name + "' is not finite");
+      for (std::size_t k = 0; k < in.penalty_scales.size(); ++k)
+        if (!(in.penalty_scales[k] >= 0) || !std::isfinite(in.penalty_scales[k]))
+          throw usage_error(who + "penalty scale of regularizer '" + regularizers_[k]->name() + "' is " +
+                            std::to_string(in.penalty_scales[k]) + "; use a finite factor ≥ 0");
+      if (in.data.empty() && !in.bins.empty()) {  // a split of the likelihood's own data
+        in.data = counts_;
+        in.variances = variances_;
+      }
+      if (!in.data.empty()) {
+        for (std::size_t i = 0; i < nb; ++i)
+          if (!std::isfinite(in.data[i]) || in.data[i] < 0)
+            throw usage_error(who + "observed count in " + m.describe_bin(static_cast<index_t>(i)) + " is " + std::to_string(in.data[i]) +
+                              "; counts must be finite and non-negative");
+        const std::span<const double> var = in.variances.empty() ? std::span<const double>(in.data) : std::span<const double>(in.variances);
+        if (opts_.data_term == DataTerm::chisq) check_variances(var);
+        for (std::size_t k = 0; k < shards_.size(); ++k) {
+          const auto b0 = static_cast<std::size_t>(data_offset(k)), nd = static_cast<std::size_t>(shards_[k].ndata());
+          shards_[k].set_slot(static_cast<index_t>(r + 1), std::span(in.data).subspan(b0, nd), var.subspan(b0, nd),
+                              in.bins.empty() ? std::span<const std::uint8_t>{} : std::span<const std::uint8_t>(in.bins).subspan(b0, nd));
+        }
+      }
+      replicas_.push_back(std::move(in));
+    }
+  }
+  index_t replica_count() const { return static_cast<index_t>(replicas_.size()); }
+  const ReplicaInputs& replica(index_t r) const { return replicas_.at(static_cast<std::size_t>(r)); }
+
+  /// Sets replica r's factor on regularizer k (a hyperparameter, or a multiplier that grows on a
+  /// schedule during a fit).
+  void set_penalty_scale(index_t r, index_t k, double scale) {
+    if (r < 0 || r >= replica_count() || k < 0 || k >= static_cast<index_t>(regularizers_.size()))
+      throw usage_error("set_penalty_scale: replica " + std::to_string(r) + " or regularizer " + std::to_string(k) + " does not exist (" +
+                        std::to_string(replica_count()) + " replicas, " + std::to_string(regularizers_.size()) + " regularizers)");
+    if (!(scale >= 0) || !std::isfinite(scale))
+      throw usage_error("set_penalty_scale: scale " + std::to_string(scale) + " of regularizer '" + regularizers_[static_cast<std::size_t>(k)]->name() +
+                        "'; use a finite factor ≥ 0");
+    auto& scales = replicas_[static_cast<std::size_t>(r)].penalty_scales;
+    scales.resize(regularizers_.size(), 1.0);
+    scales[static_cast<std::size_t>(k)] = scale;
+  }
+  index_t regularizer_count() const { return static_cast<index_t>(regularizers_.size()); }
+  const Regularizer& regularizer(index_t k) const { return *regularizers_.at(static_cast<std::size_t>(k)); }
+
+  /// Column j of the following evaluations uses the inputs of replica `replicas[j]` (−1: the
+  /// likelihood's own); empty: every column uses the likelihood's own. A selection must name one
+  /// replica per column of x.
+  void use_replicas(std::span<const index_t> replicas) {
+    for (index_t r : replicas)
+      if (r < -1 || r >= replica_count())
+        throw usage_error("use_replicas: replica " + std::to_string(r) + " is not set; the likelihood holds " +
+                          std::to_string(replica_count()) + " (set_replicas)");
+    selected_.assign(replicas.begin(), replicas.end());
+  }
+
   /// Adds a penalty term (regularizer.hpp) and binds it: a parameter penalty resolves its names; an
   /// observable penalty gets the bin yields of its bins at the default parameters as its reference
   /// (rabbit's ν⁰, §3.6). Only the bins an observable penalty reads pay for a second pass.
@@ -145,6 +230,10 @@ class Likelihood {
       reference.assign(o.data(), o.data() + o.size());
     }
     r->bind(names_, reference);
+    for (const auto& in : replicas_)
+      if (!in.penalty_scales.empty())
+        throw usage_error("add_regularizer: the replicas' penalty_scales were set for " + std::to_string(regularizers_.size()) +
+                          " regularizers; add regularizers before set_replicas");
     regularizers_.push_back(std::move(r));
   }
 
@@ -171,6 +260,7 @@ class Likelihood {
     evaluate(x, {}, f, g, {});
     const bool coupled = opts_.data_term == DataTerm::covariance;
     if (coupled) rows_.resize(model_->nbins(), n);
+    const std::span<const index_t> slots = bind_columns(nx);
     for (index_t j = 0; j < nx; ++j) {
       BlockView<double> hj = hess.block_cols(j * n, n);
       for (std::size_t k = 0; k < shards_.size(); ++k) {
@@ -179,7 +269,8 @@ class Likelihood {
         const index_t b0 = data_offset(k);
         shards_[k].hessian(x, j, k == 0 ? hj : BlockView<double>(buf.data(), n, n),
                            coupled ? data_rows(y_, b0, k) : ConstBlockView<double>{},
-                           coupled ? BlockView<double>(rows_.data() + b0, shards_[k].ndata(), n, rows_.rows()) : BlockView<double>{});
+                           coupled ? BlockView<double>(rows_.data() + b0, shards_[k].ndata(), n, rows_.rows()) : BlockView<double>{},
+                           slots.empty() ? 0 : slots[static_cast<std::size_t>(j)]);
         if (k > 0) add(hj, ConstBlockView<double>(buf.data(), n, n));
       }
       if (coupled) covariance_.add_curvature(j, rows_, hj);
@@ -273,6 +364,36 @@ class Likelihood {
     std::vector<index_t> index;
   };
 
+  /// The replica of column j of an evaluation over nx columns (−1: the likelihood's own inputs).
+  index_t replica_of(index_t j) const { return selected_.empty() ? -1 : selected_[static_cast<std::size_t>(j)]; }
+  const std::vector<double>& theta0_of(index_t j) const {
+    const index_t r = replica_of(j);
+    return r < 0 || replicas_[static_cast<std::size_t>(r)].constraint_centres.empty() ? theta0_
+                                                                                       : replicas_[static_cast<std::size_t>(r)].constraint_centres;
+  }
+  const std::vector<double>& counts_of(index_t j) const {
+    const index_t r = replica_of(j);
+    return r < 0 || replicas_[static_cast<std::size_t>(r)].data.empty() ? counts_ : replicas_[static_cast<std::size_t>(r)].data;
+  }
+  /// The factor on regularizer k in column j (1 unless the column's replica scales it).
+  double penalty_scale(std::size_t k, index_t j) const {
+    const index_t r = replica_of(j);
+    return r < 0 || replicas_[static_cast<std::size_t>(r)].penalty_scales.empty() ? 1.0 : replicas_[static_cast<std::size_t>(r)].penalty_scales[k];
+  }
+  /// The shards' data slot of each column (0 = the likelihood's own data; replica r's is r + 1).
+  std::span<const index_t> bind_columns(index_t nx) {
+    if (selected_.empty()) return {};
+    if (static_cast<index_t>(selected_.size()) != nx)
+      throw usage_error("use_replicas named " + std::to_string(selected_.size()) + " replicas for an evaluation of " + std::to_string(nx) +
+                        " columns; name one per column");
+    column_slots_.resize(static_cast<std::size_t>(nx));
+    for (index_t j = 0; j < nx; ++j) {
+      const index_t r = replica_of(j);
+      column_slots_[static_cast<std::size_t>(j)] = r < 0 || replicas_[static_cast<std::size_t>(r)].data.empty() ? 0 : r + 1;
+    }
+    return column_slots_;
+  }
+
   /// The χ² term divides by every unmasked bin's variance.
   void check_variances(std::span<const double> variances) const {
     for (std::size_t b = 0; b < variances.size(); ++b)
@@ -313,6 +434,7 @@ class Likelihood {
       require(hv.rows == n && hv.cols == nv, "Hessian-vector output", n, nv, hv);
     }
     const bool coupled = opts_.data_term == DataTerm::covariance;
+    const std::span<const index_t> slots = bind_columns(nx);
     if (coupled) solve_coupled(x, v, f);
     // The coupled term's value comes from solve_coupled: its backward pass only serves derivatives.
     const bool backward = !coupled || !g.empty() || nv > 0;
@@ -321,6 +443,7 @@ class Likelihood {
       PartialRequest rq;
       rq.x = x;
       rq.v = v;
+      rq.slots = slots;
       if (coupled) {
         rq.coupled_y = data_rows(y_, data_offset(k), k);
         if (nv > 0) rq.coupled_z = data_rows(z_, data_offset(k), k);
@@ -336,7 +459,7 @@ class Likelihood {
       if (nv > 0) add(hv, ConstBlockView<double>(p.hvp.data(), n, nv));
     }
     add_global_terms(x, v, f, g, hv, {});
-    add_regularizers(regularizers_, x, v, f, g, hv);
+    add_regularizers(0, regularizers_.size(), x, v, f, g, hv);
   }
 
   /// Shard k's part of the global bin range br: its local bins and the rows they fill.
@@ -363,31 +486,55 @@ class Likelihood {
     }
   }
 
-  /// The regularizers' values, gradients and HVPs, added to the outputs: parameter penalties
-  /// directly, observable ones through their bins' forward and backward passes.
-  void add_regularizers(std::span<const std::shared_ptr<Regularizer>> regs, ConstBlockView<double> x, ConstBlockView<double> v,
-                        std::span<double> f, BlockView<double> g, BlockView<double> hv) {
+  /// The regularizers [k0, k1)'s values, gradients and HVPs, each times its column's penalty scale,
+  /// added to the outputs: parameter penalties directly, observable ones through their bins'
+  /// forward and backward passes. Column j of x is column j0 + j of the evaluation (its replica).
+  void add_regularizers(std::size_t k0, std::size_t k1, ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f,
+                        BlockView<double> g, BlockView<double> hv, index_t j0 = 0) {
     const index_t nx = x.cols, nv = v.empty() ? 0 : v.cols, n = nparams_;
     auto point_of = [&](index_t k) { return nx == 1 ? index_t{0} : k; };
-    for (const auto& r : regs) {
-      if (!r->needs_observables()) {
+    for (std::size_t ri = k0; ri < k1; ++ri) {
+      const Regularizer& r = *regularizers_[ri];
+      auto scale = [&](index_t j) { return penalty_scale(ri, j0 + j); };
+      if (!r.needs_observables()) {
+        std::vector<double> tmp;
+        // Into the output directly at scale 1; through a buffer otherwise, the output then + scale·buffer.
+        auto scaled = [&](double c, double* out, index_t len, auto&& add_into) {
+          if (c == 1.0) return add_into(out);
+          tmp.assign(static_cast<std::size_t>(len), 0.0);
+          const auto result = add_into(out ? tmp.data() : nullptr);
+          for (index_t i = 0; out && i < len; ++i) out[i] += c * tmp[static_cast<std::size_t>(i)];
+          return c * result;
+        };
         for (index_t j = 0; j < nx; ++j) {
-          const double value = r->value_grad({x.col(j), static_cast<std::size_t>(n)}, g.empty() ? std::span<double>{} : std::span(g.col(j), static_cast<std::size_t>(n)));
+          const double value = scaled(scale(j), g.empty() ? nullptr : g.col(j), n, [&](double* out) {
+            return r.value_grad({x.col(j), static_cast<std::size_t>(n)}, out ? std::span<double>(out, static_cast<std::size_t>(n)) : std::span<double>{});
+          });
           if (!f.empty()) f[static_cast<std::size_t>(j)] += value;
         }
-        for (index_t k = 0; k < nv; ++k) r->hessp({x.col(point_of(k)), static_cast<std::size_t>(n)}, v.block_cols(k, 1), hv.block_cols(k, 1));
+        for (index_t k = 0; k < nv; ++k)
+          scaled(scale(point_of(k)), hv.col(k), n, [&](double* out) {
+            r.hessp({x.col(point_of(k)), static_cast<std::size_t>(n)}, v.block_cols(k, 1), BlockView<double>(out, n, 1));
+            return 0.0;
+          });
         continue;
       }
-      const BinRange br = r->observable_bins();
+      const BinRange br = r.observable_bins();
       const index_t nb = br.size();
       Eigen::MatrixXd o(nb, nx), dobs(nb, nv), y = Eigen::MatrixXd::Zero(nb, nx), z = Eigen::MatrixXd::Zero(nb, nv);
       gather_observables(br, x, v, o, &dobs);
       for (index_t j = 0; j < nx; ++j) {
-        const double value = r->value_grad({o.col(j).data(), static_cast<std::size_t>(nb)}, {y.col(j).data(), static_cast<std::size_t>(nb)});
+        double value = r.value_grad({o.col(j).data(), static_cast<std::size_t>(nb)}, {y.col(j).data(), static_cast<std::size_t>(nb)});
+        if (const double c = scale(j); c != 1.0) {
+          value *= c;
+          y.col(j) *= c;
+        }
         if (!f.empty()) f[static_cast<std::size_t>(j)] += value;
       }
-      for (index_t k = 0; k < nv; ++k)
-        r->hessp({o.col(point_of(k)).data(), static_cast<std::size_t>(nb)}, {dobs.col(k).data(), nb, 1}, {z.col(k).data(), nb, 1});
+      for (index_t k = 0; k < nv; ++k) {
+        r.hessp({o.col(point_of(k)).data(), static_cast<std::size_t>(nb)}, {dobs.col(k).data(), nb, 1}, {z.col(k).data(), nb, 1});
+        if (const double c = scale(point_of(k)); c != 1.0) z.col(k) *= c;
+      }
       if (g.empty() && nv == 0) continue;
       for (std::size_t k = 0; k < shards_.size(); ++k) {
         const Overlap ov = overlap(k, br);
@@ -408,22 +555,29 @@ class Likelihood {
 
   /// The regularizers' dense Hessians: parameter penalties give theirs; for an observable penalty
   /// the columns are its HVPs along every unit vector, from one batched pass over its bins only,
-  /// symmetrized.
+  /// symmetrized. Each times its column's penalty scale.
   void add_regularizer_hessians(ConstBlockView<double> x, BlockView<double> hess) {
     const index_t n = nparams_;
     for (index_t j = 0; j < x.cols && !regularizers_.empty(); ++j) {
       BlockView<double> hj = hess.block_cols(j * n, n);
       const ConstBlockView<double> xj = x.block_cols(j, 1);
-      for (const auto& r : regularizers_) {
-        if (!r->needs_observables()) {
-          r->add_hessian({xj.col(0), static_cast<std::size_t>(n)}, hj);
+      for (std::size_t k = 0; k < regularizers_.size(); ++k) {
+        const Regularizer& r = *regularizers_[k];
+        const double c = r.needs_observables() ? 1.0 : penalty_scale(k, j);  // the observables' HVPs carry their scale
+        if (c == 1.0 && !r.needs_observables()) {
+          r.add_hessian({xj.col(0), static_cast<std::size_t>(n)}, hj);
           continue;
         }
-        const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(n, n);
         Eigen::MatrixXd A = Eigen::MatrixXd::Zero(n, n);
-        add_regularizers(std::span(&r, 1), xj, {I.data(), n, n}, {}, {}, BlockView<double>(A.data(), n, n));
-        for (index_t c = 0; c < n; ++c)
-          for (index_t rr = 0; rr < n; ++rr) hj(rr, c) += 0.5 * (A(rr, c) + A(c, rr));
+        if (!r.needs_observables()) {
+          r.add_hessian({xj.col(0), static_cast<std::size_t>(n)}, BlockView<double>(A.data(), n, n));
+        } else {
+          const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(n, n);
+          add_regularizers(k, k + 1, xj, {I.data(), n, n}, {}, {}, BlockView<double>(A.data(), n, n), j);
+          A = (0.5 * (A + A.transpose())).eval();
+        }
+        for (index_t cc = 0; cc < n; ++cc)
+          for (index_t rr = 0; rr < n; ++rr) hj(rr, cc) += c == 1.0 ? A(rr, cc) : c * A(rr, cc);
       }
     }
   }
@@ -453,7 +607,7 @@ class Likelihood {
     }
     for (index_t j = 0; j < nx; ++j) {
       const double value = covariance_.solve(j, {nu_.col(j).data(), static_cast<std::size_t>(B)}, {q_.col(j).data(), static_cast<std::size_t>(B)},
-                                             counts_, y_.col(j).data());
+                                             counts_of(j), y_.col(j).data());
       if (!f.empty()) f[static_cast<std::size_t>(j)] = value;
     }
     for (index_t k = 0; k < nv; ++k) {
@@ -474,8 +628,9 @@ class Likelihood {
     auto point_of = [&](index_t k) { return x.cols == 1 ? index_t{0} : k; };
     for (index_t j = 0; j < x.cols; ++j) {
       double value = 0;
+      const std::vector<double>& theta0 = theta0_of(j);
       for (index_t s = 0; s < ns; ++s) {
-        const double d = x(npoi_ + s, j) - theta0_[static_cast<std::size_t>(s)], w = m.constraint_weights[static_cast<std::size_t>(s)];
+        const double d = x(npoi_ + s, j) - theta0[static_cast<std::size_t>(s)], w = m.constraint_weights[static_cast<std::size_t>(s)];
         value += 0.5 * w * d * d;
         if (!g.empty()) g(npoi_ + s, j) += w * d;
         if (!hess.empty()) hess(npoi_ + s, j * n + npoi_ + s) += w;
@@ -537,9 +692,12 @@ class Likelihood {
   std::vector<ResolvedTerm> external_;
   std::vector<ShardT> shards_;
   std::vector<Partials> partial_;
-  // The covariance term: its matrices, the counts, and the per-bin workspaces of solve_coupled.
+  std::vector<double> counts_, variances_;  ///< the observed counts and variances of set_data
+  std::vector<ReplicaInputs> replicas_;
+  std::vector<index_t> selected_;     ///< replica of each column (use_replicas), −1: the likelihood's own
+  std::vector<index_t> column_slots_;  ///< the shards' data slot of each column of the current evaluation
+  // The covariance term: its matrices and the per-bin workspaces of solve_coupled.
   CovarianceTerm covariance_;
-  std::vector<double> counts_;
   Eigen::MatrixXd nu_, q_, y_, dnu_, dq_, z_, rows_;
   std::vector<std::shared_ptr<Regularizer>> regularizers_;
 };

@@ -5,6 +5,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -43,6 +44,8 @@ struct PartialRequest {
   /// then that penalty's backward pass instead of the data term's, with coupled_y = ∂pen/∂o and
   /// coupled_z = ∇²pen·do per row of this range, and no bin-by-bin β. Empty: the data bins.
   BinRange observables = {};
+  /// The data slot of each column of x (Shard::set_slot), or empty: slot 0 for every column.
+  std::span<const index_t> slots = {};
   /// Add into grad and hvp instead of overwriting them.
   bool accumulate = false;
 };
@@ -99,12 +102,19 @@ class Shard<Policy, Storage> {
   index_t nparams() const { return nparams_; }
 
   /// Replaces the observed counts of this shard's unmasked bins (toys, Asimov, data replicas) and
-  /// their variances (used by the χ² term only).
-  void set_data(std::span<const double> counts, std::span<const double> variances) {
-    if (static_cast<index_t>(counts.size()) != ndata_ || variances.size() != counts.size())
+  /// their variances (used by the χ² term only): the inputs of slot 0, which every evaluation uses
+  /// unless it names other slots.
+  void set_data(std::span<const double> counts, std::span<const double> variances) { set_slot(0, counts, variances, {}); }
+
+  /// The inputs of data slot `slot` (slot 0 is set_data's; replicas of a batch use 1, 2, …): the
+  /// observed counts and variances of the shard's data bins and, optionally, which of them enter
+  /// the data term (`bins[i] == 0` leaves bin i out; empty: all). Slots grow as needed;
+  /// `PartialRequest::slots` picks one per column.
+  void set_slot(index_t slot, std::span<const double> counts, std::span<const double> variances, std::span<const std::uint8_t> bins) {
+    if (static_cast<index_t>(counts.size()) != ndata_ || variances.size() != counts.size() || (!bins.empty() && bins.size() != counts.size()))
       throw usage_error("shard over bins [" + std::to_string(range_.begin) + ", " + std::to_string(range_.end) + ") needs " +
-                        std::to_string(ndata_) + " observed counts and variances, got " + std::to_string(counts.size()) + " and " +
-                        std::to_string(variances.size()));
+                        std::to_string(ndata_) + " observed counts and variances (and bin flags or none), got " +
+                        std::to_string(counts.size()) + ", " + std::to_string(variances.size()) + " and " + std::to_string(bins.size()));
     for (std::size_t i = 0; i < counts.size(); ++i) {
       const bool bad_count = !std::isfinite(counts[i]) || counts[i] < 0;
       const bool bad_variance = data_term_ == DataTerm::chisq && !(variances[i] > 0 && std::isfinite(variances[i]));
@@ -113,11 +123,19 @@ class Shard<Policy, Storage> {
                           std::to_string(counts[i]) + " and variance " + std::to_string(variances[i]) +
                           "; counts must be finite and ≥ 0, and the χ² term needs positive variances");
     }
-    data_.assign(counts.begin(), counts.end());
-    aux_.resize(data_.size());
-    for (std::size_t i = 0; i < data_.size(); ++i)
-      aux_[i] = data_term_ == DataTerm::poisson ? (data_[i] > 0 ? std::log(data_[i]) : 0.0) : 1.0 / variances[i];
+    if (slot < 0) throw usage_error("data slot " + std::to_string(slot) + " is negative");
+    if (static_cast<index_t>(slots_.size()) <= slot) slots_.resize(static_cast<std::size_t>(slot + 1));
+    DataSlot& d = slots_[static_cast<std::size_t>(slot)];
+    d.n.assign(counts.begin(), counts.end());
+    d.aux.resize(d.n.size());
+    for (std::size_t i = 0; i < d.n.size(); ++i)
+      d.aux[i] = data_term_ == DataTerm::poisson ? (d.n[i] > 0 ? std::log(d.n[i]) : 0.0) : 1.0 / variances[i];
+    d.bins.assign(bins.begin(), bins.end());
+    d.set = true;
   }
+
+  /// Drops every data slot but slot 0.
+  void clear_slots() { slots_.resize(1); }
 
   /// Data-term NLL, gradient and Hessian-vector products of this shard's bins (see PartialRequest).
   void partials(const PartialRequest& rq) {
@@ -131,6 +149,7 @@ class Shard<Policy, Storage> {
     const index_t nu = want_u ? nx : 0, nf = nx + nv, nb = nu + nv;
     auto point_of = [&](index_t k) { return nx == 1 ? index_t{0} : k; };
     prepare_columns(rq.x, rq.v);
+    bind_slots(rq.slots, nx);
 
     std::fill_n(acc_.data(), ncoef_ * nb, 0.0);
     std::fill_n(poi_acc_.data(), npoi_ * nb, 0.0);
@@ -150,10 +169,16 @@ class Shard<Policy, Storage> {
         cell_yields(i, j, L, cy + j * P);
         // The bin's term and its curvature in the cell yields, β profiled (bbstat.hpp).
         double* g = g_.data() + j * P;
-        const auto t = coupled ? detail::coupled_bin(st, i, m_.data(), P, rq.coupled_y(r, j), g, delta_.data() + j * P,
-                                                     u1_.data() + j * P, u2_.data() + j * P, nullptr)
-                               : detail::profile_bin(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)],
-                                                     m_.data(), P, g, delta_.data() + j * P, u1_.data() + j * P, u2_.data() + j * P, nullptr);
+        const DataSlot& d = *column_slot_[static_cast<std::size_t>(j)];
+        detail::BinCurvature t{};
+        if (!coupled && !d.bins.empty() && !d.bins[static_cast<std::size_t>(i)]) {  // left out of this column's data term
+          for (double* a : {g, delta_.data() + j * P, u1_.data() + j * P, u2_.data() + j * P}) std::fill_n(a, P, 0.0);
+        } else {
+          t = coupled ? detail::coupled_bin(st, i, m_.data(), P, rq.coupled_y(r, j), g, delta_.data() + j * P, u1_.data() + j * P,
+                                            u2_.data() + j * P, nullptr)
+                      : detail::profile_bin(bb_, i, data_term_, d.n[static_cast<std::size_t>(i)], d.aux[static_cast<std::size_t>(i)], m_.data(),
+                                            P, g, delta_.data() + j * P, u1_.data() + j * P, u2_.data() + j * P, nullptr);
+        }
         if (rq.nll && !coupled) rq.nll[j] += t.nll;
         curv_[static_cast<std::size_t>(j)] = t;
         if (!want_u) continue;
@@ -212,8 +237,8 @@ class Shard<Policy, Storage> {
       if (!coupled_y.empty())
         detail::coupled_bin(bb_, i, m_.data(), P, coupled_y(i, 0), g_.data(), delta_.data(), u1_.data(), u2_.data(), b);
       else
-        detail::profile_bin(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)], m_.data(), P,
-                            g_.data(), delta_.data(), u1_.data(), u2_.data(), b);
+        detail::profile_bin(bb_, i, data_term_, slots_[0].n[static_cast<std::size_t>(i)], slots_[0].aux[static_cast<std::size_t>(i)],
+                            m_.data(), P, g_.data(), delta_.data(), u1_.data(), u2_.data(), b);
     }
   }
 
@@ -229,7 +254,7 @@ class Shard<Policy, Storage> {
     std::vector<double> beta(static_cast<std::size_t>(P)), m(static_cast<std::size_t>(P)), dm(static_cast<std::size_t>(P));
     for (index_t i = 0; i < ndata_; ++i) {
       const index_t nc = tpl_.cells(i);
-      const double n = data_[static_cast<std::size_t>(i)], aux = aux_[static_cast<std::size_t>(i)];
+      const double n = slots_[0].n[static_cast<std::size_t>(i)], aux = slots_[0].aux[static_cast<std::size_t>(i)];
       tpl_.forward(i, coef_.data(), 1 + nv, L, true);
       cell_yields(i, 0, L, cy);
       std::copy_n(m_.data(), P, m.data());
@@ -270,9 +295,12 @@ class Shard<Policy, Storage> {
   /// For the covariance term (`coupled_y`: y per data bin and column, see PartialRequest) this is
   /// the local part only, and the rows R_b = Σ_p u₁_p·∂ν_p/∂x that meet (C + diag q)⁻¹ go to
   /// `coupled_rows` (`[ndata × nparams]`), for the likelihood's Rᵀ·(C + diag q)⁻¹·R.
+  ///
+  /// `slot` names the data slot of the column (see set_slot).
   void hessian(ConstBlockView<double> x, index_t j, BlockView<double> hess, ConstBlockView<double> coupled_y = {},
-               BlockView<double> coupled_rows = {}) {
+               BlockView<double> coupled_rows = {}, index_t slot = 0) {
     const bool coupled = !coupled_y.empty();
+    const DataSlot& d = data_slot(slot);
     const ConstBlockView<double> xj = x.block_cols(j, 1);
     prepare_columns(xj, {});
     const index_t P = nprocs_, S = nsyst_, n = nparams_;
@@ -308,10 +336,15 @@ class Shard<Policy, Storage> {
         const index_t i = i0 + ib, nc = tpl_.cells(i);
         for (index_t c = 0; c < nc; ++c) cell_L_[static_cast<std::size_t>(c)] = tpl_.dot(i, c, coef_.data());
         cell_yields(i, 0, cell_L_.data(), cells_.data());
-        curv[static_cast<std::size_t>(ib)] =
-            coupled ? detail::coupled_bin(bb_, i, m_.data(), P, coupled_y(i, j), g, delta, u1, u2, nullptr)
-                    : detail::profile_bin(bb_, i, data_term_, data_[static_cast<std::size_t>(i)], aux_[static_cast<std::size_t>(i)], m_.data(),
-                                          P, g, delta, u1, u2, nullptr);
+        if (!coupled && !d.bins.empty() && !d.bins[static_cast<std::size_t>(i)]) {  // left out of this column's data term
+          for (double* a : {g, delta, u1, u2}) std::fill_n(a, P, 0.0);
+          curv[static_cast<std::size_t>(ib)] = {};
+        } else {
+          curv[static_cast<std::size_t>(ib)] =
+              coupled ? detail::coupled_bin(bb_, i, m_.data(), P, coupled_y(i, j), g, delta, u1, u2, nullptr)
+                      : detail::profile_bin(bb_, i, data_term_, d.n[static_cast<std::size_t>(i)], d.aux[static_cast<std::size_t>(i)], m_.data(),
+                                            P, g, delta, u1, u2, nullptr);
+        }
         for (index_t cc = 0; cc < nc; ++cc) {
           const auto& c = cells_[static_cast<std::size_t>(cc)];
           const index_t p = tpl_.process(i, cc), r = nrb + ib * P + cc;
@@ -386,6 +419,13 @@ class Shard<Policy, Storage> {
   }
 
  private:
+  /// The observed side of one data slot: counts, aux (ln n for Poisson, 1/σ² for χ²) and the
+  /// bins that enter the data term (empty: all).
+  struct DataSlot {
+    std::vector<double> n, aux;
+    std::vector<std::uint8_t> bins;
+    bool set = false;
+  };
   /// The forward-only pass behind coupled_aggregates and observables: per bin of the local range
   /// `bins`, ν' and q (bbstat.hpp, coupled_aggregates; with `exact_`, ν' = Σ_p ν_bp and q = 0) for
   /// each column, their directional derivatives for each direction; `q` and `dq` may be empty.
@@ -509,6 +549,21 @@ class Shard<Policy, Storage> {
     }
   }
 
+  const DataSlot& data_slot(index_t slot) const {
+    if (slot < 0 || slot >= static_cast<index_t>(slots_.size()) || !slots_[static_cast<std::size_t>(slot)].set)
+      throw usage_error("data slot " + std::to_string(slot) + " of the shard over bins [" + std::to_string(range_.begin) + ", " +
+                        std::to_string(range_.end) + ") was never set");
+    return slots_[static_cast<std::size_t>(slot)];
+  }
+
+  /// Each column's data slot for the pass (slot 0 for all when `slots` is empty).
+  void bind_slots(std::span<const index_t> slots, index_t nx) {
+    if (!slots.empty() && static_cast<index_t>(slots.size()) != nx)
+      throw usage_error("a pass over " + std::to_string(nx) + " columns names " + std::to_string(slots.size()) + " data slots");
+    column_slot_.resize(static_cast<std::size_t>(nx));
+    for (index_t j = 0; j < nx; ++j) column_slot_[static_cast<std::size_t>(j)] = &data_slot(slots.empty() ? 0 : slots[static_cast<std::size_t>(j)]);
+  }
+
   template <class T>
   static void grow(std::vector<T>& v, index_t n) {
     if (static_cast<index_t>(v.size()) < n) v.resize(static_cast<std::size_t>(n));
@@ -524,7 +579,9 @@ class Shard<Policy, Storage> {
   bool symmetric_;
   index_t nprocs_, nsyst_, ncoef_, npoi_, nparams_, ndata_;
   detail::TemplateSlice<Storage> tpl_;
-  std::vector<double> data_, aux_, r0_;  // aux: ln n (Poisson) or 1/σ² (χ²) per bin
+  std::vector<DataSlot> slots_ = std::vector<DataSlot>(1);
+  std::vector<const DataSlot*> column_slot_;  // per column of the current pass
+  std::vector<double> r0_;
   std::vector<index_t> poi_of_process_;
   BinByBinStats bb_, exact_;  // exact_: no β, for the observables
   std::optional<BinByBinStats> profiled_bb_;  // bb_ as built, while fix_bin_by_bin holds β

@@ -192,6 +192,52 @@ inline Eigen::MatrixXd preconditioner_factor(const std::vector<double>& H, index
 }
 }  // namespace detail
 
+namespace detail {
+/// What `fit` computes at the minimum r.x, into r: with `covariance`, the dense Hessian, the
+/// covariance of the free parameters (its inverse), the uncertainties and the EDM; else the NLL
+/// and the gradient only. Frozen parameters get zero rows and columns.
+template <objective F>
+void postfit(F& f, FitResult& r, const std::vector<index_t>& free, bool covariance) {
+  const index_t n = static_cast<index_t>(r.x.size()), m = static_cast<index_t>(free.size());
+  // Frozen parameters have zero uncertainty; the free ones NaN unless the covariance is computed.
+  const double unknown = covariance ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+  r.uncertainties.assign(static_cast<std::size_t>(n), 0.0);
+  r.covariance.assign(static_cast<std::size_t>(n * n), 0.0);
+  for (index_t a : free) {
+    r.uncertainties[static_cast<std::size_t>(a)] = unknown;
+    for (index_t b : free) r.covariance[static_cast<std::size_t>(a + b * n)] = unknown;
+  }
+  std::vector<double> H;
+  if (covariance) {
+    full_hessian(f, r.x, r.nll, r.gradient, H, r.counts);
+    std::vector<double> hf(static_cast<std::size_t>(m * m)), cf(hf.size());
+    for (index_t c = 0; c < m; ++c)
+      for (index_t k = 0; k < m; ++k) hf[static_cast<std::size_t>(k + c * m)] = H[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
+    r.covariance_status = m > 0 ? covariance_from_hessian(ConstBlockView<double>(hf.data(), m, m), BlockView<double>(cf.data(), m, m))
+                                : CovarianceStatus::accurate;
+    double edm = 0;
+    for (index_t c = 0; c < m; ++c) {
+      const index_t jc = free[static_cast<std::size_t>(c)];
+      for (index_t k = 0; k < m; ++k) {
+        const index_t jk = free[static_cast<std::size_t>(k)];
+        const double ckc = cf[static_cast<std::size_t>(k + c * m)];
+        r.covariance[static_cast<std::size_t>(jk + jc * n)] = ckc;
+        edm += 0.5 * r.gradient[static_cast<std::size_t>(jk)] * ckc * r.gradient[static_cast<std::size_t>(jc)];
+      }
+      const double var = cf[static_cast<std::size_t>(c + c * m)];
+      r.uncertainties[static_cast<std::size_t>(jc)] = var >= 0 ? std::sqrt(var) : std::numeric_limits<double>::quiet_NaN();
+    }
+    r.edm = edm;
+    r.hessian = std::move(H);
+  } else {
+    r.gradient.resize(static_cast<std::size_t>(n));
+    f.value_grad(ConstBlockView<double>(r.x.data(), n, 1), std::span(&r.nll, 1), BlockView<double>(r.gradient.data(), n, 1));
+    ++r.counts.values;
+    ++r.counts.gradients;
+  }
+}
+}  // namespace detail
+
 /// Minimises `f` with `minimizer` from `options.x0` (or the objective's default point), holding the
 /// frozen parameters fixed and in the chosen preconditioned coordinates; then computes the
 /// covariance as the inverse Hessian of the free parameters at the minimum. Never throws for
@@ -252,42 +298,7 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   r.counts.hessians += extra.hessians;
   r.counts.hvps += extra.hvps;
 
-  // Frozen parameters have zero uncertainty; the free ones NaN unless the covariance is computed.
-  const double unknown = options.covariance ? 0.0 : std::numeric_limits<double>::quiet_NaN();
-  r.uncertainties.assign(static_cast<std::size_t>(n), 0.0);
-  r.covariance.assign(static_cast<std::size_t>(n * n), 0.0);
-  for (index_t a : free) {
-    r.uncertainties[static_cast<std::size_t>(a)] = unknown;
-    for (index_t b : free) r.covariance[static_cast<std::size_t>(a + b * n)] = unknown;
-  }
-  std::vector<double> H;
-  if (options.covariance) {
-    detail::full_hessian(f, r.x, r.nll, r.gradient, H, r.counts);
-    std::vector<double> hf(static_cast<std::size_t>(m * m)), cf(hf.size());
-    for (index_t c = 0; c < m; ++c)
-      for (index_t k = 0; k < m; ++k) hf[static_cast<std::size_t>(k + c * m)] = H[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
-    r.covariance_status = m > 0 ? covariance_from_hessian(ConstBlockView<double>(hf.data(), m, m), BlockView<double>(cf.data(), m, m))
-                                : CovarianceStatus::accurate;
-    double edm = 0;
-    for (index_t c = 0; c < m; ++c) {
-      const index_t jc = free[static_cast<std::size_t>(c)];
-      for (index_t k = 0; k < m; ++k) {
-        const index_t jk = free[static_cast<std::size_t>(k)];
-        const double ckc = cf[static_cast<std::size_t>(k + c * m)];
-        r.covariance[static_cast<std::size_t>(jk + jc * n)] = ckc;
-        edm += 0.5 * r.gradient[static_cast<std::size_t>(jk)] * ckc * r.gradient[static_cast<std::size_t>(jc)];
-      }
-      const double var = cf[static_cast<std::size_t>(c + c * m)];
-      r.uncertainties[static_cast<std::size_t>(jc)] = var >= 0 ? std::sqrt(var) : std::numeric_limits<double>::quiet_NaN();
-    }
-    r.edm = edm;
-    r.hessian = std::move(H);
-  } else {
-    r.gradient.resize(static_cast<std::size_t>(n));
-    f.value_grad(ConstBlockView<double>(r.x.data(), n, 1), std::span(&r.nll, 1), BlockView<double>(r.gradient.data(), n, 1));
-    ++r.counts.values;
-    ++r.counts.gradients;
-  }
+  detail::postfit(f, r, free, options.covariance);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -2,6 +2,8 @@
 // Pseudo-data for toys and replicas (Asimov, Poisson, Gaussian, bootstrap, constraints), each a function of (seed, replica index).
 #pragma once
 
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <concepts>
@@ -128,6 +130,68 @@ inline std::vector<double> bootstrap_weights(index_t n, std::uint64_t seed, std:
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = RandomStream(seed, index, Stream::bootstrap, first_bin + i).poisson(1.0);
   return w;
 }
+
+/// The Poisson bootstrap of binned data: every event of bin b is drawn a Poisson(1) number of
+/// times, so the bin's resampled count is n*_b ~ Poisson(n_b), from stream `Stream::bootstrap`
+/// (element = bin). Throws `usage_error` naming the bin for a negative or non-finite count.
+inline std::vector<double> bootstrap_counts(std::span<const double> counts, std::uint64_t seed, std::uint64_t index,
+                                            std::uint64_t first_bin = 0) {
+  detail::require_stream_range(index, first_bin, counts.size(), "bootstrap_counts");
+  std::vector<double> n(counts.size());
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    detail::require_expectation(counts[i], first_bin + i, "bootstrap_counts");
+    n[i] = RandomStream(seed, index, Stream::bootstrap, first_bin + i).poisson(counts[i]);
+  }
+  return n;
+}
+
+/// Monte-Carlo data replicas drawn from a data covariance, as NNPDF samples its pseudo-data
+/// (n3fit-parallel-replicas.md §2.2): d = c + L·z with z ~ N(0, 1) per bin and L·Lᵀ = C, where L
+/// comes from the Cholesky factor of the correlation matrix, L = D_σ·Lρ (so badly scaled bins do
+/// not spoil the factorisation). Replica `index` draws z_i from stream `Stream::data`, element i.
+class CovarianceReplicas {
+ public:
+  /// `central`: the central values `[n]`; `covariance`: `[n × n]` (either storage order: it must
+  /// be symmetric). Throws `usage_error` naming the bin for a non-finite value or a non-positive
+  /// variance, and when the matrix is not symmetric positive definite.
+  CovarianceReplicas(std::vector<double> central, std::span<const double> covariance) : central_(std::move(central)) {
+    const index_t n = static_cast<index_t>(central_.size());
+    if (static_cast<index_t>(covariance.size()) != n * n)
+      throw usage_error("CovarianceReplicas: the covariance has " + std::to_string(covariance.size()) + " entries; it must be n × n = " +
+                        std::to_string(n * n));
+    const Eigen::Map<const Eigen::MatrixXd> C(covariance.data(), n, n);
+    Eigen::VectorXd sigma(n);
+    for (index_t i = 0; i < n; ++i) {
+      if (!std::isfinite(central_[static_cast<std::size_t>(i)]))
+        throw usage_error("CovarianceReplicas: central value of bin " + std::to_string(i) + " is not finite");
+      if (!(C(i, i) > 0) || !std::isfinite(C(i, i)))
+        throw usage_error("CovarianceReplicas: variance of bin " + std::to_string(i) + " is " + std::to_string(C(i, i)) + "; it must be positive");
+      sigma(i) = std::sqrt(C(i, i));
+    }
+    if (!C.allFinite() || !C.isApprox(C.transpose(), 1e-12))
+      throw usage_error("CovarianceReplicas: the covariance is not symmetric (or not finite)");
+    const Eigen::MatrixXd rho = sigma.cwiseInverse().asDiagonal() * C * sigma.cwiseInverse().asDiagonal();
+    const Eigen::LLT<Eigen::MatrixXd> llt(rho);
+    if (llt.info() != Eigen::Success)
+      throw usage_error("CovarianceReplicas: the covariance is not positive definite; regularise it or drop degenerate bins");
+    factor_ = sigma.asDiagonal() * Eigen::MatrixXd(llt.matrixL());
+  }
+
+  index_t size() const { return static_cast<index_t>(central_.size()); }
+
+  /// Replica `index`: c + L·z.
+  std::vector<double> replica(std::uint64_t seed, std::uint64_t index) const {
+    detail::require_stream_range(index, 0, central_.size(), "CovarianceReplicas");
+    Eigen::VectorXd z(size());
+    for (index_t i = 0; i < size(); ++i) z(i) = RandomStream(seed, index, Stream::data, static_cast<std::uint64_t>(i)).normal();
+    const Eigen::VectorXd d = Eigen::Map<const Eigen::VectorXd>(central_.data(), size()) + factor_.triangularView<Eigen::Lower>() * z;
+    return {d.data(), d.data() + d.size()};
+  }
+
+ private:
+  std::vector<double> central_;
+  Eigen::MatrixXd factor_;  ///< L with L·Lᵀ = C, lower triangular
+};
 
 /// How a toy treats the Gaussian constraints (rabbit's `--toysSystRandomize`, §5.5).
 enum class ConstraintRandomization {

@@ -142,6 +142,7 @@ enum class Stream : std::uint32_t {
   data = 1,         ///< Poisson/Gaussian pseudo-data of the bins
   constraints = 2,  ///< global observables θ₀ (frequentist) or generating values θ (Bayesian)
   bootstrap = 3,    ///< Poisson(1) bootstrap weights of the bins
+  split = 4,        ///< training/validation splits of the bins
   user = 1u << 16,  ///< first id reserved for callers
 };
 

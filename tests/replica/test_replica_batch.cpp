@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: MIT
+// ReplicaBatch: fibers, per-replica likelihood inputs, and batched fits bitwise equal to sequential ones.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fitlib/detail/fiber.hpp"
+#include "fitlib/fit.hpp"
+#include "random_model.hpp"
+
+using namespace fitlib;
+
+namespace {
+
+Model small_model(bool template_stats = true, std::uint64_t seed = 5) {
+  test::RandomModelSpec sp;
+  sp.bins = 30;
+  sp.masked_bins = 4;
+  sp.procs = 3;
+  sp.nsyst = 6;
+  sp.template_stats = template_stats;
+  sp.seed = seed;
+  return test::random_model(sp);
+}
+
+/// Toys of the likelihood as replica inputs (data and frequentist constraint centres).
+std::vector<ReplicaInputs> toys(SerialLikelihood& nll, int count, std::uint64_t seed = 11) {
+  std::vector<ReplicaInputs> in;
+  for (int i = 0; i < count; ++i) {
+    const Toy t = generate_toy(nll, seed, static_cast<std::uint64_t>(i + 1));
+    ReplicaInputs r;
+    r.data = t.data;
+    r.constraint_centres = t.constraints.theta0;
+    in.push_back(std::move(r));
+  }
+  return in;
+}
+
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("fiber: suspends, resumes, rethrows and unwinds on cancel", "[replica][fiber]") {
+  std::vector<int> trace;
+  detail::Fiber f([&] {
+    trace.push_back(1);
+    detail::Fiber::suspend();
+    trace.push_back(3);
+  });
+  CHECK_FALSE(detail::Fiber::inside());
+  f.resume();
+  trace.push_back(2);
+  f.resume();
+  CHECK(f.done());
+  CHECK(trace == std::vector<int>{1, 2, 3});
+
+  detail::Fiber thrower([] {
+    detail::Fiber::suspend();
+    throw std::runtime_error("boom");
+  });
+  thrower.resume();
+  CHECK_THROWS_WITH(thrower.resume(), "boom");
+  CHECK(thrower.done());
+
+  int destroyed = 0;
+  {
+    struct Guard {
+      int* n;
+      ~Guard() { ++*n; }
+    };
+    detail::Fiber cancelled([&] {
+      Guard g{&destroyed};
+      detail::Fiber::suspend();
+      FAIL("a cancelled fiber must not run on");
+    });
+    cancelled.resume();
+    CHECK(destroyed == 0);
+  }  // the destructor cancels it: its stack unwinds
+  CHECK(destroyed == 1);
+}
+
+TEST_CASE("likelihood replicas: each column evaluates with its replica's inputs, bitwise as alone", "[replica][likelihood]") {
+  const Model m = small_model();
+  SerialLikelihood nll(m);
+  auto in = toys(nll, 3);
+  in[1].bins.assign(static_cast<std::size_t>(m.nbins()), 1);
+  for (std::size_t b = 0; b < in[1].bins.size(); b += 3) in[1].bins[b] = 0;
+  nll.set_replicas(in);
+  const index_t n = nll.size();
+  std::vector<double> X;
+  for (int j = 0; j < 4; ++j)
+    for (index_t i = 0; i < n; ++i) X.push_back(nll.default_parameters()[static_cast<std::size_t>(i)] + 0.05 * (j + 1) * std::sin(i + j));
+  std::vector<double> V(X.size());
+  for (std::size_t i = 0; i < V.size(); ++i) V[i] = std::cos(0.7 * static_cast<double>(i));
+  const std::vector<index_t> which = {2, 0, -1, 1};
+
+  std::vector<double> f(4), g(static_cast<std::size_t>(n * 4)), hv(g.size()), H(static_cast<std::size_t>(n * n * 4));
+  nll.use_replicas(which);
+  nll.value_grad({X.data(), n, 4}, f, {g.data(), n, 4});
+  nll.hessp({X.data(), n, 4}, {V.data(), n, 4}, {hv.data(), n, 4});
+  nll.hessian({X.data(), n, 4}, f, {g.data(), n, 4}, {H.data(), n, n * 4});
+  nll.use_replicas({});
+
+  for (int j = 0; j < 4; ++j) {
+    // Alone: a likelihood whose own inputs are the replica's (bins left out: a model without them).
+    SerialLikelihood alone(m);
+    const index_t r = which[static_cast<std::size_t>(j)];
+    if (r >= 0) {
+      alone.set_replicas({in[static_cast<std::size_t>(r)]});
+      alone.use_replicas(std::vector<index_t>{0});
+    }
+    std::vector<double> f1(1), g1(static_cast<std::size_t>(n)), hv1(g1.size()), H1(static_cast<std::size_t>(n * n));
+    const double* xj = X.data() + j * n;
+    alone.value_grad({xj, n, 1}, f1, {g1.data(), n, 1});
+    alone.hessp({xj, n, 1}, {V.data() + j * n, n, 1}, {hv1.data(), n, 1});
+    alone.hessian({xj, n, 1}, f1, {g1.data(), n, 1}, {H1.data(), n, n});
+    INFO("column " << j << " (replica " << r << ")");
+    CHECK(same_bits({f1[0]}, {f[static_cast<std::size_t>(j)]}));
+    CHECK(same_bits(g1, {g.begin() + j * n, g.begin() + (j + 1) * n}));
+    CHECK(same_bits(hv1, {hv.begin() + j * n, hv.begin() + (j + 1) * n}));
+    CHECK(same_bits(H1, {H.begin() + j * n * n, H.begin() + (j + 1) * n * n}));
+  }
+
+  SECTION("a left-out bin is a bin the data term does not see") {
+    // Replica 1 without every third bin equals the same data with those bins' terms subtracted.
+    const auto& r1 = in[1];
+    SerialLikelihood full(m), third(m);
+    full.set_data(r1.data);
+    std::vector<ReplicaInputs> only_third(1);
+    only_third[0].data = r1.data;
+    only_third[0].constraint_centres = r1.constraint_centres;
+    only_third[0].bins.assign(r1.bins.size(), 0);
+    for (std::size_t b = 0; b < r1.bins.size(); ++b) only_third[0].bins[b] = r1.bins[b] ? 0 : 1;
+    third.set_replicas(only_third);
+    third.use_replicas(std::vector<index_t>{0});
+    full.set_constraint_centres(r1.constraint_centres);
+    const std::vector<double> x(X.begin(), X.begin() + n);
+    // Constraints count in both halves, so: kept + left-out = full + constraints.
+    SerialLikelihood constraints_only(m);
+    std::vector<ReplicaInputs> none(1);
+    none[0].data = r1.data;
+    none[0].constraint_centres = r1.constraint_centres;
+    none[0].bins.assign(r1.bins.size(), 0);
+    constraints_only.set_replicas(none);
+    constraints_only.use_replicas(std::vector<index_t>{0});
+    nll.use_replicas(std::vector<index_t>{1});
+    const double kept = nll.value(x);
+    nll.use_replicas({});
+    CHECK(kept + third.value(x) == Approx(full.value(x) + constraints_only.value(x)).epsilon(1e-12));
+  }
+
+  SECTION("bad replica inputs name the replica and the field") {
+    std::vector<ReplicaInputs> bad(2);
+    bad[1].data.assign(3, 1.0);
+    CHECK_THROWS_WITH(nll.set_replicas(bad), Catch::Contains("replica 1: data has 3 entries"));
+    bad[1].data.assign(static_cast<std::size_t>(m.nbins()), 1.0);
+    bad[1].data[2] = -1;
+    CHECK_THROWS_WITH(nll.set_replicas(bad), Catch::Contains("replica 1: observed count in"));
+    bad[1].data[2] = 1;
+    bad[1].constraint_centres.assign(static_cast<std::size_t>(m.nsyst()), std::numeric_limits<double>::quiet_NaN());
+    CHECK_THROWS_WITH(nll.set_replicas(bad), Catch::Contains("constraint centre of systematic"));
+    nll.set_replicas(bad = std::vector<ReplicaInputs>(2));
+    CHECK_THROWS_WITH(nll.use_replicas(std::vector<index_t>{2}), Catch::Contains("replica 2 is not set"));
+    nll.use_replicas(std::vector<index_t>{0, 1});
+    CHECK_THROWS_WITH(nll.value(std::vector<double>(static_cast<std::size_t>(n), 0.1)), Catch::Contains("name one per column"));
+    nll.use_replicas({});
+  }
+}
+
+template <class Sub>
+void check_batch_equals_sequential(index_t width) {
+  const Model m = small_model();
+  SerialLikelihood nll(m);
+  const auto in = toys(nll, 7);
+  TrustRegionOptions o;
+  o.gtol = 1e-9;
+  const TrustRegion<Sub> minimizer(o);
+
+  std::vector<FitOptions> opts(in.size());
+  opts[3].frozen = {"sig0"};  // replicas differ in their options too
+  opts[5].x0 = nll.default_parameters();
+  opts[5].x0[1] += 0.5;
+
+  nll.set_replicas(in);
+  ReplicaBatch<> batch(width);
+  const BatchResult b = batch.fit(nll, minimizer, opts);
+  REQUIRE(b.replicas.size() == in.size());
+  CHECK(b.statistics.columns > 0);
+  CHECK(b.statistics.active_fraction > 0);
+  CHECK(b.statistics.active_fraction <= 1);
+
+  SerialLikelihood seq(m);
+  for (std::size_t r = 0; r < in.size(); ++r) {
+    seq.set_data(in[r].data);
+    seq.set_constraint_centres(in[r].constraint_centres);
+    const FitResult s = fit(seq, minimizer, opts[r]);
+    const ReplicaFit& f = b.replicas[r];
+    INFO("replica " << r << ", width " << width);
+    CHECK(f.error.empty());
+    CHECK(f.status == s.status);
+    CHECK(f.iterations == s.iterations);
+    CHECK(f.counts.hvps == s.counts.hvps);
+    CHECK(same_bits(f.x, s.x));
+    CHECK(same_bits({f.nll}, {s.nll}));
+    CHECK(same_bits(f.covariance, s.covariance));
+  }
+}
+
+TEST_CASE("replica batch: every replica bitwise equals its sequential fit, whatever the width", "[replica][batch]") {
+  for (index_t w : {1, 3, 7, 64}) check_batch_equals_sequential<Gltr>(w);
+  check_batch_equals_sequential<SteihaugCG>(4);
+  check_batch_equals_sequential<Exact>(4);
+}
+
+TEST_CASE("replica batch: a failing replica is marked and disturbs no other", "[replica][batch]") {
+  const Model m = small_model();
+  SerialLikelihood nll(m);
+  nll.set_replicas(toys(nll, 5));
+  const TrustRegion<Gltr> minimizer;
+  std::vector<FitOptions> opts(5);
+  opts[1].x0 = nll.default_parameters();
+  opts[1].x0[2] = std::numeric_limits<double>::quiet_NaN();  // objective not finite at the start
+  opts[3].frozen = {"no_such_parameter"};                     // throws inside the replica
+  ReplicaBatch<4> batch;
+  const BatchResult b = batch.fit(nll, minimizer, opts);
+  CHECK(b.replicas[1].status == FitStatus::not_finite);
+  CHECK(b.replicas[3].status == FitStatus::aborted);
+  CHECK_THAT(b.replicas[3].error, Catch::Contains("no_such_parameter"));
+  for (std::size_t r : {0u, 2u, 4u}) CHECK(b.replicas[r].converged());
+  CHECK(b.converged() == 3);
+
+  const ReplicaBatch<4> alone;
+  std::vector<FitOptions> one(3);
+  nll.set_replicas(toys(nll, 3));
+  const BatchResult c = alone.fit(nll, minimizer, one);
+  CHECK(same_bits(c.replicas[2].x, b.replicas[2].x));  // replica 2 unaffected by its failing neighbours
+
+  SECTION("more replicas than inputs is an error before anything runs") {
+    std::vector<FitOptions> many(4);
+    CHECK_THROWS_WITH(alone.fit(nll, minimizer, many), Catch::Contains("holds inputs for 3 replicas"));
+  }
+}
