@@ -4,6 +4,9 @@
 
 #include <Eigen/Core>
 #include <cmath>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "fitlib/config.hpp"
 #include "fitlib/core/types.hpp"
@@ -65,6 +68,28 @@ FITLIB_ALWAYS_INLINE void dot_block(const double* FITLIB_RESTRICT rows, index_t 
         for (int j = 0; j < NC; ++j) acc[r][j][k] = pmadd(x, c[j], acc[r][j][k]);
       }
     }
+#if defined(__AVX512F__)
+  if constexpr (packet_size == lanes) {
+    // The same arithmetic in registers: the tail by a masked fused multiply-add of the lanes it
+    // touches, then the pairwise reduction (l + 4, then l + 2, then l + 1) by halving the register.
+    if (const index_t rem = n - i; rem > 0) {
+      const __mmask8 m = static_cast<__mmask8>((1u << rem) - 1);
+      Packet c[NC];
+      for (int j = 0; j < NC; ++j) c[j] = _mm512_maskz_loadu_pd(m, C + j * ldc + i);
+      for (int r = 0; r < NR; ++r) {
+        const Packet x = _mm512_maskz_loadu_pd(m, rows + r * ld + i);
+        for (int j = 0; j < NC; ++j) acc[r][j][0] = _mm512_mask3_fmadd_pd(x, c[j], acc[r][j][0], m);
+      }
+    }
+    for (int r = 0; r < NR; ++r)
+      for (int j = 0; j < NC; ++j) {
+        const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(acc[r][j][0]), _mm512_extractf64x4_pd(acc[r][j][0], 1));
+        const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+        L[r + j * ldl] = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+      }
+    return;
+  }
+#endif
   for (int r = 0; r < NR; ++r)
     for (int j = 0; j < NC; ++j) {
       double a[lanes];
@@ -141,14 +166,15 @@ FITLIB_ALWAYS_INLINE void backward_block(const double* FITLIB_RESTRICT rows, ind
 inline void backward_rows(const double* rows, index_t ld, index_t nrows, const double* U, index_t ncols, index_t n, double* acc,
                           const double* prefetch = nullptr) {
   for (index_t j = 0; j < ncols;) {
-    const index_t nc = ncols - j >= 2 ? 2 : 1;
+    const index_t nc = ncols - j >= 4 ? 4 : ncols - j >= 2 ? 2 : 1;
     double* a = acc + j * n;
     index_t p = 0;
     auto group = [&]<int NR>() {
       const double* pf = prefetch ? prefetch + p * ld : nullptr;
-      if (nc == 2) backward_block<NR, 2>(rows + p * ld, ld, U + p + j * nrows, nrows, a, n, pf);
+      if (nc == 4) backward_block<(NR > 4 ? 4 : NR), 4>(rows + p * ld, ld, U + p + j * nrows, nrows, a, n, pf);
+      else if (nc == 2) backward_block<NR, 2>(rows + p * ld, ld, U + p + j * nrows, nrows, a, n, pf);
       else backward_block<NR, 1>(rows + p * ld, ld, U + p + j * nrows, nrows, a, n, pf);
-      p += NR;
+      p += nc == 4 && NR > 4 ? 4 : NR;
     };
     while (p + 8 <= nrows) group.template operator()<8>();
     while (p + 4 <= nrows) group.template operator()<4>();

@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -158,13 +159,19 @@ class Shard<Policy, Storage> {
     double* L = cell_L_.data();       // [P × nf]
     double* U = cell_U_.data();       // [P × nb]
     detail::CellYield* cy = cells_.data();  // [P × nx]
+    // Points whose products L = K·x the previous data pass computed are not recomputed: an HVP at
+    // the iterate needs only its direction's forward product (the cache holds them bitwise).
+    const bool cached = !observables && !coupled;
+    const ForwardPlan plan = cached ? plan_forward(rq.x, nv) : ForwardPlan{coef_.data(), nf, false};
+    double* Lf = plan.gathered ? cell_Lf_.data() : L;
 
     for (index_t i = bins.begin; i < bins.end; ++i) {
       const index_t r = i - bins.begin;
       // Forward: every column's and direction's L for the bin's cells.
       const index_t nc = tpl_.cells(i);
       // The rows of later bins are requested during the backward pass, or here when there is none.
-      tpl_.forward(i, coef_.data(), nf, L, nb == 0);
+      tpl_.forward(i, plan.coef, plan.columns, Lf, nb == 0);
+      if (cached) exchange_cached_products(i, nx, nv, Lf, L);
       for (index_t j = 0; j < nx; ++j) {
         cell_yields(i, j, L, cy + j * P);
         // The bin's term and its curvature in the cell yields, β profiled (bbstat.hpp).
@@ -218,6 +225,7 @@ class Shard<Policy, Storage> {
       tpl_.backward(i, U, nb, acc_.data());
     }
 
+    if (cached) std::swap(products_[nv > 0 ? 1 : 0], next_products_);
     write_partials(rq.v, nx, nu, rq.grad, rq.hvp, rq.accumulate);
   }
 
@@ -580,6 +588,78 @@ class Shard<Policy, Storage> {
   index_t nprocs_, nsyst_, ncoef_, npoi_, nparams_, ndata_;
   detail::TemplateSlice<Storage> tpl_;
   std::vector<DataSlot> slots_ = std::vector<DataSlot>(1);
+
+  /// The forward products L = K·x of the points of a data pass, `[nbins × P × points]` (bin-major,
+  /// stride P per point), and the points themselves. Kept for the last pass with directions (the
+  /// HVPs of iterates still in their Krylov solves) and the last without (new iterates, whose
+  /// first HVP follows), so that pooled replicas alternating between the two still find theirs.
+  struct PointProducts {
+    std::vector<double> x, L;
+    index_t points = 0;
+  };
+  PointProducts products_[2], next_products_;
+  std::vector<index_t> hit_;  ///< per point of the pass: its column among products_[0] then [1], or −1
+  std::vector<double> coef_fwd_, cell_Lf_;
+
+  /// What the forward pass multiplies: the coefficient columns and their count, and whether they
+  /// are a gathered subset (the points not cached, then the directions) rather than coef_ itself.
+  struct ForwardPlan {
+    const double* coef;
+    index_t columns;
+    bool gathered;
+  };
+
+  /// Looks every point of x up among the cached ones (bitwise equal parameters), gathers the
+  /// coefficient columns still to multiply and sizes the next cache for the points of this pass.
+  ForwardPlan plan_forward(ConstBlockView<double> x, index_t nv) {
+    const index_t nx = x.cols, n = nparams_;
+    auto same = [n](const double* a, const double* b) {
+      return std::equal(a, a + n, b, [](double u, double w) { return std::bit_cast<std::uint64_t>(u) == std::bit_cast<std::uint64_t>(w); });
+    };
+    hit_.assign(static_cast<std::size_t>(nx), -1);
+    index_t misses = 0;
+    for (index_t j = 0; j < nx; ++j) {
+      index_t h = -1;
+      for (index_t k = 0, base = 0; k < 2 && h < 0; base += products_[k].points, ++k)
+        for (index_t c = 0; c < products_[k].points && h < 0; ++c)
+          if (same(x.col(j), products_[k].x.data() + c * n)) h = base + c;
+      hit_[static_cast<std::size_t>(j)] = h;
+      misses += h < 0;
+    }
+    next_products_.points = nx;
+    next_products_.x.resize(static_cast<std::size_t>(n * nx));
+    for (index_t j = 0; j < nx; ++j) std::copy_n(x.col(j), n, next_products_.x.data() + j * n);
+    grow(next_products_.L, range_.size() * nprocs_ * nx);
+    if (misses == nx) return {coef_.data(), nx + nv, false};
+    grow(coef_fwd_, ncoef_ * (misses + nv));
+    grow(cell_Lf_, nprocs_ * (misses + nv));
+    index_t c = 0;
+    for (index_t j = 0; j < nx + nv; ++j)
+      if (j >= nx || hit_[static_cast<std::size_t>(j)] < 0) std::copy_n(coef_.data() + j * ncoef_, ncoef_, coef_fwd_.data() + (c++) * ncoef_);
+    return {coef_fwd_.data(), misses + nv, true};
+  }
+
+  /// After bin i's forward pass into Lf: the pass's L (`[P × (nx + nv)]`) from the computed and the
+  /// cached columns, and the points' columns into the next cache.
+  void exchange_cached_products(index_t i, index_t nx, index_t nv, const double* Lf, double* L) {
+    const index_t P = nprocs_;
+    if (Lf != L) {
+      index_t c = 0;
+      for (index_t j = 0; j < nx + nv; ++j) {
+        index_t h = j < nx ? hit_[static_cast<std::size_t>(j)] : -1;
+        const double* src = Lf;
+        if (h < 0) {
+          src = Lf + (c++) * P;
+        } else {
+          const PointProducts& pp = h < products_[0].points ? products_[0] : products_[1];
+          if (h >= products_[0].points) h -= products_[0].points;
+          src = pp.L.data() + (i * pp.points + h) * P;
+        }
+        std::copy_n(src, P, L + j * P);
+      }
+    }
+    std::copy_n(L, P * nx, next_products_.L.data() + i * nx * P);
+  }
   std::vector<const DataSlot*> column_slot_;  // per column of the current pass
   std::vector<double> r0_;
   std::vector<index_t> poi_of_process_;

@@ -2,6 +2,7 @@
 // ReplicaBatch<N>: many replicas fitted at once, each by the unchanged sequential code, their evaluations pooled.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -253,7 +254,9 @@ class ReplicaBatchPool {
       if (keep == 0) continue;
       ++st.rounds;
       occupied += static_cast<index_t>(keep);
-      for (Kind kind : {Kind::value_grad, Kind::hessp, Kind::hessian, Kind::value}) {
+      // HVPs first: a replica that has just accepted a point asks for its first HVP there, and
+      // the likelihood still holds that point's products from the last value-and-gradient pass.
+      for (Kind kind : {Kind::hessp, Kind::value_grad, Kind::hessian, Kind::value}) {
         const index_t cols = evaluate(kind);
         if (cols == 0) continue;
         ++st.evaluations;

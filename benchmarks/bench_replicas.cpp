@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: MIT
+// N toys of one model fitted as one replica batch against N sequential fits, and the batched
+// evaluations against the DGEMM rate.
+//
+// throughput_ratio = time of the N toys fitted one after another / time of the same toys as a
+//                    batch, both measured here (same toys, same minimiser, same threads);
+// gemm_fraction    = flops of the batched pass (the template products it runs: 2 per template
+//                    element and column product) / time / Eigen DGEMM rate;
+// ceiling          = DGEMM rate × 8 B / (4 flop × triad bandwidth): a fit streams every template
+//                    element (8 B) once per evaluation, a batch spends 4 flops on it per replica
+//                    (one forward and one backward product), so this is what batching can gain
+//                    on this machine at most;
+// active_fraction  = running replicas / batch width, averaged over the scheduling rounds.
+// With `threads:2` the toys are split in two halves fitted on two threads, each with its own
+// likelihood over the shared model, for the sequential and the batched run alike.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <fitlib/fit.hpp>
+
+#include "machine_limits.hpp"
+#include "synthetic_model.hpp"
+
+namespace {
+
+using namespace fitlib;
+using fitlib::bench::Config;
+using clock_type = std::chrono::steady_clock;
+
+const Config medium{10000, 8, 300, false};  // 192 MB of templates: far out of cache
+const Config small{200, 4, 30, false};      // 192 KB: in cache
+
+struct Toys {
+  std::shared_ptr<const Model> model;
+  std::vector<ReplicaInputs> inputs;
+};
+
+/// N toys of the model (frequentist, Poisson; rabbit's default), the same for every run of a size.
+const Toys& toys(const Config& c, int n) {
+  static std::map<std::tuple<index_t, index_t, index_t, int>, Toys> cache;
+  Toys& t = cache[{c.bins, c.procs, c.nsyst, n}];
+  if (t.model) return t;
+  t.model = bench::synthetic_model(c);
+  SerialLikelihood nll(t.model);
+  for (int i = 1; i <= n; ++i) {
+    const Toy toy = generate_toy(nll, 2026, static_cast<std::uint64_t>(i));
+    ReplicaInputs in;
+    in.data = toy.data;
+    in.constraint_centres = toy.constraints.theta0;
+    t.inputs.push_back(std::move(in));
+  }
+  return t;
+}
+
+TrustRegion<Gltr> minimizer() {
+  TrustRegionOptions o;
+  o.edm_tol = 1e-12;  // fitlib-fit's default
+  return TrustRegion<Gltr>(o);
+}
+
+/// Runs `work(first, count)` over the toys split into `threads` contiguous parts, one thread each.
+template <class Work>
+double timed_split(int n, int threads, Work&& work) {
+  const auto t0 = clock_type::now();
+  std::vector<std::thread> pool;
+  const int per = (n + threads - 1) / threads;
+  for (int k = 0; k < threads; ++k) {
+    const int first = k * per, count = std::min(per, n - first);
+    if (count > 0) pool.emplace_back([&, first, count] { work(first, count); });
+  }
+  for (auto& t : pool) t.join();
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+/// The sequential reference, measured once per (model, N, threads).
+double sequential_seconds(const Config& c, int n, int threads) {
+  static std::map<std::tuple<index_t, int, int>, double> cache;
+  const auto key = std::make_tuple(c.bins, n, threads);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  const Toys& t = toys(c, n);
+  return cache[key] = timed_split(n, threads, [&](int first, int count) {
+    SerialLikelihood nll(t.model);
+    FitOptions fo;
+    fo.covariance = false;
+    for (int i = first; i < first + count; ++i) {
+      nll.set_data(t.inputs[static_cast<std::size_t>(i)].data);
+      nll.set_constraint_centres(t.inputs[static_cast<std::size_t>(i)].constraint_centres);
+      benchmark::DoNotOptimize(fit(nll, minimizer(), fo).nll);
+    }
+  });
+}
+
+void BM_Toys(benchmark::State& state, Config c, int n, int threads) {
+  const Toys& t = toys(c, n);
+  const double seq = sequential_seconds(c, n, threads);
+  double active = 0, batched = 0;
+  for (auto _ : state) {
+    batched = timed_split(n, threads, [&](int first, int count) {
+      SerialLikelihood nll(t.model);
+      nll.set_replicas({t.inputs.begin() + first, t.inputs.begin() + first + count});
+      FitOptions fo;
+      fo.covariance = false;
+      const BatchResult r = ReplicaBatch<>(count).fit(nll, minimizer(), std::vector<FitOptions>(static_cast<std::size_t>(count), fo));
+      if (first == 0) active = r.statistics.active_fraction;
+    });
+    state.SetIterationTime(batched);
+  }
+  state.counters["throughput_ratio"] = seq / batched;
+  state.counters["sequential_s"] = seq;
+  state.counters["toys_per_s"] = n / batched;
+  state.counters["active_fraction"] = active;
+  state.counters["ceiling"] = bench::dgemm_rate() * 8 / (4 * bench::triad_bandwidth());
+}
+
+/// One batched evaluation over N columns, each a different toy at a different point: `hvp` runs
+/// hessp (forward products of the points and directions, backward of the HVPs: 3 per column),
+/// else value_grad (forward and backward: 2 per column).
+void BM_BatchedPass(benchmark::State& state, Config c, int n, bool hvp) {
+  const Toys& t = toys(c, n);
+  SerialLikelihood nll(t.model);
+  nll.set_replicas(t.inputs);
+  const index_t np = nll.size();
+  std::vector<double> X, V, F(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(np * n));
+  const std::vector<double> x0 = nll.default_parameters();
+  for (int j = 0; j < n; ++j)
+    for (index_t i = 0; i < np; ++i) {
+      X.push_back(x0[static_cast<std::size_t>(i)] + 0.1 * bench::hash_uniform(static_cast<std::uint64_t>(i + j * np)));
+      V.push_back(bench::hash_uniform(static_cast<std::uint64_t>(7 + i + j * np)));
+    }
+  std::vector<index_t> which(static_cast<std::size_t>(n));
+  for (int j = 0; j < n; ++j) which[static_cast<std::size_t>(j)] = j;
+  nll.use_replicas(which);
+  for (auto _ : state) {
+    if (hvp) nll.hessp({X.data(), np, n}, {V.data(), np, n}, {out.data(), np, n});
+    else nll.value_grad({X.data(), np, n}, F, {out.data(), np, n});
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double products = hvp ? 3 : 2;
+  const double flops = products * 2.0 * static_cast<double>(c.bins * c.procs) * static_cast<double>(t.model->ncoef()) * n;
+  state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gemm_fraction"] = benchmark::Counter(flops / bench::dgemm_rate(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["dgemm_GFLOPs"] = bench::dgemm_rate() * 1e-9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::printf("triad bandwidth %.1f GB/s, Eigen DGEMM %.1f GFLOP/s, ceiling of the throughput ratio %.2f\n",
+              bench::triad_bandwidth() / 1e9, bench::dgemm_rate() / 1e9, bench::dgemm_rate() * 8 / (4 * bench::triad_bandwidth()));
+  for (const Config& c : {small, medium}) {
+    for (int n : {1, 8, 64}) {
+      for (bool hvp : {false, true}) {
+        const std::string name = std::string(hvp ? "BM_BatchedHvp/" : "BM_BatchedGrad/") + c.name() + "/N:" + std::to_string(n);
+        benchmark::RegisterBenchmark(name.c_str(), BM_BatchedPass, c, n, hvp)->Unit(benchmark::kMillisecond);
+      }
+      for (int threads : {1, 2}) {
+        if (threads == 2 && n < 8) continue;
+        const std::string name = "BM_Toys/" + c.name() + "/N:" + std::to_string(n) + "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Toys, c, n, threads)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}
