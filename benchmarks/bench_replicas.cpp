@@ -4,8 +4,9 @@
 //
 // throughput_ratio = time of the N toys fitted one after another / time of the same toys as a
 //                    batch, both measured here (same toys, same minimiser, same threads);
-// gemm_fraction    = flops of the batched pass (the template products it runs: 2 per template
-//                    element and column product) / time / Eigen DGEMM rate;
+// gemm_fraction    = flops of the batched pass (the template products it runs, 2 flops per
+//                    template element and column, see BM_BatchedPass) / time / Eigen DGEMM rate
+//                    (the counter's "/s" suffix is Google Benchmark's for a rate: read it as a ratio);
 // ceiling          = DGEMM rate × 8 B / (4 flop × triad bandwidth): a fit streams every template
 //                    element (8 B) once per evaluation, a batch spends 4 flops on it per replica
 //                    (one forward and one backward product), so this is what batching can gain
@@ -37,6 +38,7 @@ using clock_type = std::chrono::steady_clock;
 
 const Config medium{10000, 8, 300, false};  // 192 MB of templates: far out of cache
 const Config small{200, 4, 30, false};      // 192 KB: in cache
+const Config medium_asymmetric{10000, 8, 300, true};
 
 struct Toys {
   std::shared_ptr<const Model> model;
@@ -45,8 +47,8 @@ struct Toys {
 
 /// N toys of the model (frequentist, Poisson; rabbit's default), the same for every run of a size.
 const Toys& toys(const Config& c, int n) {
-  static std::map<std::tuple<index_t, index_t, index_t, int>, Toys> cache;
-  Toys& t = cache[{c.bins, c.procs, c.nsyst, n}];
+  static std::map<std::pair<std::string, int>, Toys> cache;
+  Toys& t = cache[{c.name(), n}];
   if (t.model) return t;
   t.model = bench::synthetic_model(c);
   SerialLikelihood nll(t.model);
@@ -82,8 +84,8 @@ double timed_split(int n, int threads, Work&& work) {
 
 /// The sequential reference, measured once per (model, N, threads).
 double sequential_seconds(const Config& c, int n, int threads) {
-  static std::map<std::tuple<index_t, int, int>, double> cache;
-  const auto key = std::make_tuple(c.bins, n, threads);
+  static std::map<std::tuple<std::string, int, int>, double> cache;
+  const auto key = std::make_tuple(c.name(), n, threads);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   const Toys& t = toys(c, n);
   return cache[key] = timed_split(n, threads, [&](int first, int count) {
@@ -120,30 +122,36 @@ void BM_Toys(benchmark::State& state, Config c, int n, int threads) {
   state.counters["ceiling"] = bench::dgemm_rate() * 8 / (4 * bench::triad_bandwidth());
 }
 
-/// One batched evaluation over N columns, each a different toy at a different point: `hvp` runs
-/// hessp (forward products of the points and directions, backward of the HVPs: 3 per column),
-/// else value_grad (forward and backward: 2 per column).
+/// One batched evaluation over N columns, each a different toy at a different point, as a fit
+/// runs them. `hvp`: hessp at points whose forward products the likelihood already holds (the
+/// Krylov steps at an iterate): the directions' forward products and the HVPs' backward ones, 2
+/// template products per column (3 with asymmetric templates, whose HVPs also need Kᵀu at the
+/// point). Else value_grad at new points (two sets of points alternate, so none is cached): the
+/// forward and the backward product, 2 per column.
 void BM_BatchedPass(benchmark::State& state, Config c, int n, bool hvp) {
   const Toys& t = toys(c, n);
   SerialLikelihood nll(t.model);
   nll.set_replicas(t.inputs);
   const index_t np = nll.size();
-  std::vector<double> X, V, F(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(np * n));
+  std::vector<double> X[2], V, F(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(np * n));
   const std::vector<double> x0 = nll.default_parameters();
   for (int j = 0; j < n; ++j)
     for (index_t i = 0; i < np; ++i) {
-      X.push_back(x0[static_cast<std::size_t>(i)] + 0.1 * bench::hash_uniform(static_cast<std::uint64_t>(i + j * np)));
-      V.push_back(bench::hash_uniform(static_cast<std::uint64_t>(7 + i + j * np)));
+      const auto k = static_cast<std::uint64_t>(i + j * np);
+      for (int s = 0; s < 2; ++s) X[s].push_back(x0[static_cast<std::size_t>(i)] + 0.1 * bench::hash_uniform(k + static_cast<std::uint64_t>(s) * 1000003));
+      V.push_back(bench::hash_uniform(7 + k));
     }
   std::vector<index_t> which(static_cast<std::size_t>(n));
   for (int j = 0; j < n; ++j) which[static_cast<std::size_t>(j)] = j;
   nll.use_replicas(which);
+  nll.value_grad({X[0].data(), np, n}, F, {out.data(), np, n});  // the iterates, as a fit has evaluated them
+  int pass = 0;
   for (auto _ : state) {
-    if (hvp) nll.hessp({X.data(), np, n}, {V.data(), np, n}, {out.data(), np, n});
-    else nll.value_grad({X.data(), np, n}, F, {out.data(), np, n});
+    if (hvp) nll.hessp({X[0].data(), np, n}, {V.data(), np, n}, {out.data(), np, n});
+    else nll.value_grad({X[++pass % 2].data(), np, n}, F, {out.data(), np, n});
     benchmark::DoNotOptimize(out.data());
   }
-  const double products = hvp ? 3 : 2;
+  const double products = hvp && c.asymmetric ? 3 : 2;
   const double flops = products * 2.0 * static_cast<double>(c.bins * c.procs) * static_cast<double>(t.model->ncoef()) * n;
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gemm_fraction"] = benchmark::Counter(flops / bench::dgemm_rate(), benchmark::Counter::kIsIterationInvariantRate);
@@ -157,13 +165,14 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   std::printf("triad bandwidth %.1f GB/s, Eigen DGEMM %.1f GFLOP/s, ceiling of the throughput ratio %.2f\n",
               bench::triad_bandwidth() / 1e9, bench::dgemm_rate() / 1e9, bench::dgemm_rate() * 8 / (4 * bench::triad_bandwidth()));
-  for (const Config& c : {small, medium}) {
+  for (const Config& c : {small, medium, medium_asymmetric}) {
     for (int n : {1, 8, 64}) {
       for (bool hvp : {false, true}) {
         const std::string name = std::string(hvp ? "BM_BatchedHvp/" : "BM_BatchedGrad/") + c.name() + "/N:" + std::to_string(n);
         benchmark::RegisterBenchmark(name.c_str(), BM_BatchedPass, c, n, hvp)->Unit(benchmark::kMillisecond);
       }
       for (int threads : {1, 2}) {
+        if (c.asymmetric) continue;  // the passes above show what asymmetric templates change
         if (threads == 2 && n < 8) continue;
         const std::string name = "BM_Toys/" + c.name() + "/N:" + std::to_string(n) + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), BM_Toys, c, n, threads)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);

@@ -2,9 +2,12 @@
 // ReplicaBatch: fibers, per-replica likelihood inputs, and batched fits bitwise equal to sequential ones.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -174,6 +177,82 @@ TEST_CASE("likelihood replicas: each column evaluates with its replica's inputs,
     nll.use_replicas(std::vector<index_t>{0, 1});
     CHECK_THROWS_WITH(nll.value(std::vector<double>(static_cast<std::size_t>(n), 0.1)), Catch::Contains("name one per column"));
     nll.use_replicas({});
+  }
+}
+
+TEST_CASE("likelihood replicas: the products kept between passes change no bit of any result", "[replica][likelihood]") {
+  // A long-lived likelihood, which keeps its points' products (and Kᵀu) from pass to pass, against
+  // a fresh one per call, over a seeded mix of passes: subsets and orders of replicas, points
+  // revisited, new data, β held fixed; asymmetric templates with bin-by-bin statistics.
+  const Model m = small_model();
+  SerialLikelihood kept(m);
+  auto in = toys(kept, 4);
+  kept.set_replicas(in);
+  const index_t n = kept.size();
+  std::vector<std::vector<double>> points;
+  for (int p = 0; p < 5; ++p) {
+    points.push_back(kept.default_parameters());
+    for (index_t i = 0; i < n; ++i) points.back()[static_cast<std::size_t>(i)] += 0.03 * p * std::sin(1.3 * static_cast<double>(i + p));
+  }
+  std::vector<double> beta, X;
+  std::vector<index_t> which;
+  std::mt19937 rng(17);
+  for (int call = 0; call < 200; ++call) {
+    const int what = static_cast<int>(rng() % 10);
+    if (what == 0) {  // new data for one replica
+      in[rng() % in.size()].data = generate_toy(kept, 99, static_cast<std::uint64_t>(call)).data;
+      kept.set_replicas(in);
+      continue;
+    }
+    if (what == 1) {  // β held at the current β̂, or released
+      beta = beta.empty() ? kept.bin_by_bin_parameters(points[rng() % points.size()]) : std::vector<double>{};
+      kept.fix_bin_by_bin(beta);
+      continue;
+    }
+    // Half of the passes revisit the last pass's points (as Krylov steps at an iterate do), in
+    // another order (as a pooled batch does when other replicas come and go).
+    if (what >= 6 && !X.empty()) {
+      std::vector<index_t> order(which.size());
+      std::iota(order.begin(), order.end(), index_t{0});
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<double> X2;
+      std::vector<index_t> which2;
+      for (index_t j : order) {
+        X2.insert(X2.end(), X.begin() + j * n, X.begin() + (j + 1) * n);
+        which2.push_back(which[static_cast<std::size_t>(j)]);
+      }
+      X.swap(X2);
+      which.swap(which2);
+    } else {
+      const index_t cols = 1 + static_cast<index_t>(rng() % 4);
+      X.clear();
+      which.clear();
+      for (index_t j = 0; j < cols; ++j) {
+        const auto& x = points[rng() % points.size()];
+        X.insert(X.end(), x.begin(), x.end());
+        which.push_back(static_cast<index_t>(rng() % 5) - 1);
+      }
+    }
+    const auto cols = static_cast<index_t>(which.size());
+    std::vector<double> V;
+    for (index_t j = 0; j < cols; ++j)
+      for (index_t i = 0; i < n; ++i) V.push_back(std::cos(static_cast<double>(i * (call + 1) + j)));
+    SerialLikelihood fresh(m);
+    fresh.set_replicas(in);
+    fresh.fix_bin_by_bin(beta);
+    const bool hvp = what % 2 == 0 || what == 7;
+    std::vector<double> f1(static_cast<std::size_t>(cols)), f2(f1), o1(static_cast<std::size_t>(n * cols)), o2(o1);
+    for (SerialLikelihood* l : {&kept, &fresh}) {
+      l->use_replicas(which);
+      std::vector<double>& f = l == &kept ? f1 : f2;
+      std::vector<double>& o = l == &kept ? o1 : o2;
+      if (hvp) l->hessp({X.data(), n, cols}, {V.data(), n, cols}, {o.data(), n, cols});
+      else l->value_grad({X.data(), n, cols}, f, {o.data(), n, cols});
+      l->use_replicas({});
+    }
+    INFO("call " << call << (hvp ? ": HVPs" : ": values and gradients") << " of " << cols << " columns");
+    CHECK(same_bits(f1, f2));
+    CHECK(same_bits(o1, o2));
   }
 }
 

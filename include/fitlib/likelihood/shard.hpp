@@ -133,24 +133,34 @@ class Shard<Policy, Storage> {
       d.aux[i] = data_term_ == DataTerm::poisson ? (d.n[i] > 0 ? std::log(d.n[i]) : 0.0) : 1.0 / variances[i];
     d.bins.assign(bins.begin(), bins.end());
     d.set = true;
+    ++data_version_;
   }
 
   /// Drops every data slot but slot 0.
-  void clear_slots() { slots_.resize(1); }
+  void clear_slots() {
+    slots_.resize(1);
+    ++data_version_;
+  }
 
   /// Data-term NLL, gradient and Hessian-vector products of this shard's bins (see PartialRequest).
   void partials(const PartialRequest& rq) {
     const index_t nx = rq.x.cols, nv = rq.v.empty() ? 0 : rq.v.cols;
-    // The gradient's backward column u; an HVP needs it too, for g''·(Hᵀu), but only with an asymmetric tensor.
-    const bool want_u = !rq.grad.empty() || (nv > 0 && !symmetric_);
     // Observables are the coupled form with exact templates: ∂F/∂m = y, curvature z through u₁ = 1.
     const bool observables = rq.observables.size() > 0, coupled = observables || !rq.coupled_y.empty();
     const BinRange bins = observables ? rq.observables : BinRange{0, ndata_};
     const BinByBinStats& st = observables ? exact_ : bb_;
-    const index_t nu = want_u ? nx : 0, nf = nx + nv, nb = nu + nv;
+    const index_t nf = nx + nv;
     auto point_of = [&](index_t k) { return nx == 1 ? index_t{0} : k; };
     prepare_columns(rq.x, rq.v);
     bind_slots(rq.slots, nx);
+    // Points whose products L = K·x the previous data pass computed are not recomputed: an HVP at
+    // the iterate needs only its direction's forward product (the cache holds them bitwise).
+    const bool cached = !observables && !coupled;
+    const ForwardPlan plan = cached ? plan_forward(rq.x, nv, rq.slots) : ForwardPlan{coef_.data(), nf, false, false};
+    // The gradient's backward column u; an HVP needs it too, for g''·(Hᵀu), but only with an
+    // asymmetric tensor, and not when the points' Kᵀu are cached from their gradient.
+    const bool want_u = !rq.grad.empty() || (nv > 0 && !symmetric_ && !plan.cached_u);
+    const index_t nu = want_u ? nx : 0, nb = nu + nv;
 
     std::fill_n(acc_.data(), ncoef_ * nb, 0.0);
     std::fill_n(poi_acc_.data(), npoi_ * nb, 0.0);
@@ -159,10 +169,6 @@ class Shard<Policy, Storage> {
     double* L = cell_L_.data();       // [P × nf]
     double* U = cell_U_.data();       // [P × nb]
     detail::CellYield* cy = cells_.data();  // [P × nx]
-    // Points whose products L = K·x the previous data pass computed are not recomputed: an HVP at
-    // the iterate needs only its direction's forward product (the cache holds them bitwise).
-    const bool cached = !observables && !coupled;
-    const ForwardPlan plan = cached ? plan_forward(rq.x, nv) : ForwardPlan{coef_.data(), nf, false};
     double* Lf = plan.gathered ? cell_Lf_.data() : L;
 
     for (index_t i = bins.begin; i < bins.end; ++i) {
@@ -225,8 +231,8 @@ class Shard<Policy, Storage> {
       tpl_.backward(i, U, nb, acc_.data());
     }
 
-    if (cached) std::swap(products_[nv > 0 ? 1 : 0], next_products_);
-    write_partials(rq.v, nx, nu, rq.grad, rq.hvp, rq.accumulate);
+    write_partials(rq.v, nx, nu, rq.grad, rq.hvp, rq.accumulate, plan.cached_u);
+    if (cached) keep_products(nx, nv, want_u, plan.cached_u);  // last: it replaces what write_partials read
   }
 
   /// β̂ of the shard's data bins at column 0 of `x`: `[ndata × per_bin]` row-major into `beta`
@@ -283,6 +289,7 @@ class Shard<Policy, Storage> {
   /// uncertainty without template statistics, rabbit-likelihood-and-format.md §5.1); an empty span
   /// restores the profiling.
   void fix_bin_by_bin(std::span<const double> beta) {
+    ++data_version_;
     if (!profiled_bb_) profiled_bb_ = bb_;
     if (beta.empty()) {
       bb_ = *profiled_bb_;
@@ -469,9 +476,10 @@ class Shard<Policy, Storage> {
   }
 
   /// The gradient and HVP columns from the accumulators: θ's from the template products (with the
-  /// asymmetric interpolation's g' and, for HVPs, g''·v·(Hᵀu)), the POIs' from their own sums.
-  /// Overwrites, or adds with `add`.
-  void write_partials(ConstBlockView<double> v, index_t nx, index_t nu, BlockView<double> grad, BlockView<double> hvp, bool add) {
+  /// asymmetric interpolation's g' and, for HVPs, g''·v·(Hᵀu), Kᵀu from the cache with
+  /// `cached_u`), the POIs' from their own sums. Overwrites, or adds with `add`.
+  void write_partials(ConstBlockView<double> v, index_t nx, index_t nu, BlockView<double> grad, BlockView<double> hvp, bool add,
+                      bool cached_u = false) {
     const index_t S = nsyst_, nv = v.empty() ? 0 : v.cols;
     auto put = [add](double& out, double value) { out = add ? out + value : value; };
     for (index_t j = 0; j < nx && !grad.empty(); ++j) {
@@ -485,7 +493,7 @@ class Shard<Policy, Storage> {
       double* h = hvp.col(k);
       const double* vk = v.col(k);
       const double* a = acc_.data() + (nu + k) * ncoef_;
-      const double* au = acc_.data() + j * ncoef_;
+      const double* au = cached_u ? cached_u_column(j) : acc_.data() + j * ncoef_;
       for (index_t q = 0; q < npoi_; ++q) put(h[q], poi_acc_[q + (nu + k) * npoi_]);
       for (index_t s = 0; s < S; ++s)
         put(h[npoi_ + s], symmetric_ ? a[s] : a[s] + dg_[s + j * S] * a[S + s] + d2g_[s + j * S] * vk[npoi_ + s] * au[S + s]);
@@ -590,34 +598,52 @@ class Shard<Policy, Storage> {
   std::vector<DataSlot> slots_ = std::vector<DataSlot>(1);
 
   /// The forward products L = K·x of the points of a data pass, `[nbins × P × points]` (bin-major,
-  /// stride P per point), and the points themselves. Kept for the last pass with directions (the
-  /// HVPs of iterates still in their Krylov solves) and the last without (new iterates, whose
-  /// first HVP follows), so that pooled replicas alternating between the two still find theirs.
+  /// stride P per point), and the points themselves; with asymmetric templates also each point's
+  /// Kᵀu (`[ncoef × points]`), which depends on the data too, so it is kept with the points' data
+  /// slots and the data's version. Kept for the last pass with directions (the HVPs of iterates
+  /// still in their Krylov solves) and the last without (new iterates, whose first HVP follows),
+  /// so that pooled replicas alternating between the two still find theirs.
   struct PointProducts {
-    std::vector<double> x, L;
+    std::vector<double> x, L, u;
+    std::vector<index_t> slot;
     index_t points = 0;
+    bool has_u = false;
+    std::uint64_t data_version = 0;
   };
   PointProducts products_[2], next_products_;
-  std::vector<index_t> hit_;  ///< per point of the pass: its column among products_[0] then [1], or −1
+  std::uint64_t data_version_ = 0;  ///< bumped whenever the data or the β treatment change
+  std::vector<index_t> hit_;        ///< per point of the pass: its column among products_[0] then [1], or −1
   std::vector<double> coef_fwd_, cell_Lf_;
 
   /// What the forward pass multiplies: the coefficient columns and their count, and whether they
-  /// are a gathered subset (the points not cached, then the directions) rather than coef_ itself.
+  /// are a gathered subset (the points not cached, then the directions) rather than coef_ itself;
+  /// `cached_u`: every point's Kᵀu is cached for this pass's data.
   struct ForwardPlan {
     const double* coef;
     index_t columns;
-    bool gathered;
+    bool gathered, cached_u;
   };
+
+  /// Point h of the cache (numbered through products_[0], then [1]) and its column there.
+  std::pair<const PointProducts*, index_t> cached_point(index_t h) const {
+    return h < products_[0].points ? std::pair{&products_[0], h} : std::pair{&products_[1], h - products_[0].points};
+  }
+  const double* cached_u_column(index_t j) const {
+    const auto [pp, c] = cached_point(hit_[static_cast<std::size_t>(j)]);
+    return pp->u.data() + c * ncoef_;
+  }
 
   /// Looks every point of x up among the cached ones (bitwise equal parameters), gathers the
   /// coefficient columns still to multiply and sizes the next cache for the points of this pass.
-  ForwardPlan plan_forward(ConstBlockView<double> x, index_t nv) {
+  ForwardPlan plan_forward(ConstBlockView<double> x, index_t nv, std::span<const index_t> slots) {
     const index_t nx = x.cols, n = nparams_;
     auto same = [n](const double* a, const double* b) {
       return std::equal(a, a + n, b, [](double u, double w) { return std::bit_cast<std::uint64_t>(u) == std::bit_cast<std::uint64_t>(w); });
     };
+    auto slot_of = [&](index_t j) { return slots.empty() ? index_t{0} : slots[static_cast<std::size_t>(j)]; };
     hit_.assign(static_cast<std::size_t>(nx), -1);
     index_t misses = 0;
+    bool cached_u = !symmetric_;
     for (index_t j = 0; j < nx; ++j) {
       index_t h = -1;
       for (index_t k = 0, base = 0; k < 2 && h < 0; base += products_[k].points, ++k)
@@ -625,18 +651,39 @@ class Shard<Policy, Storage> {
           if (same(x.col(j), products_[k].x.data() + c * n)) h = base + c;
       hit_[static_cast<std::size_t>(j)] = h;
       misses += h < 0;
+      if (h < 0) {
+        cached_u = false;
+      } else {
+        const auto [pp, c] = cached_point(h);
+        cached_u = cached_u && pp->has_u && pp->data_version == data_version_ && pp->slot[static_cast<std::size_t>(c)] == slot_of(j);
+      }
     }
     next_products_.points = nx;
     next_products_.x.resize(static_cast<std::size_t>(n * nx));
     for (index_t j = 0; j < nx; ++j) std::copy_n(x.col(j), n, next_products_.x.data() + j * n);
+    next_products_.slot.resize(static_cast<std::size_t>(nx));
+    for (index_t j = 0; j < nx; ++j) next_products_.slot[static_cast<std::size_t>(j)] = slot_of(j);
     grow(next_products_.L, range_.size() * nprocs_ * nx);
-    if (misses == nx) return {coef_.data(), nx + nv, false};
+    if (misses == nx) return {coef_.data(), nx + nv, false, false};
     grow(coef_fwd_, ncoef_ * (misses + nv));
     grow(cell_Lf_, nprocs_ * (misses + nv));
     index_t c = 0;
     for (index_t j = 0; j < nx + nv; ++j)
       if (j >= nx || hit_[static_cast<std::size_t>(j)] < 0) std::copy_n(coef_.data() + j * ncoef_, ncoef_, coef_fwd_.data() + (c++) * ncoef_);
-    return {coef_fwd_.data(), misses + nv, true};
+    return {coef_fwd_.data(), misses + nv, true, cached_u && nv > 0};
+  }
+
+  /// Ends a cached pass: the points' Kᵀu (computed, or carried over from the cache) join their
+  /// products, which replace the cache of this kind of pass.
+  void keep_products(index_t nx, index_t nv, bool computed_u, bool cached_u) {
+    PointProducts& next = next_products_;
+    next.has_u = !symmetric_ && (computed_u || cached_u);
+    next.data_version = data_version_;
+    if (next.has_u) {
+      grow(next.u, ncoef_ * nx);
+      for (index_t j = 0; j < nx; ++j) std::copy_n(cached_u ? cached_u_column(j) : acc_.data() + j * ncoef_, ncoef_, next.u.data() + j * ncoef_);
+    }
+    std::swap(products_[nv > 0 ? 1 : 0], next);
   }
 
   /// After bin i's forward pass into Lf: the pass's L (`[P × (nx + nv)]`) from the computed and the
