@@ -123,11 +123,11 @@ void BM_Toys(benchmark::State& state, Config c, int n, int threads) {
 }
 
 /// One batched evaluation over N columns, each a different toy at a different point, as a fit
-/// runs them. `hvp`: hessp at points whose forward products the likelihood already holds (the
-/// Krylov steps at an iterate): the directions' forward products and the HVPs' backward ones, 2
-/// template products per column (3 with asymmetric templates, whose HVPs also need Kᵀu at the
-/// point). Else value_grad at new points (two sets of points alternate, so none is cached): the
-/// forward and the backward product, 2 per column.
+/// runs them. `hvp`: hessp at points whose forward products (and, with asymmetric templates, Kᵀu)
+/// the likelihood already holds, as for the Krylov steps at an iterate: the directions' forward
+/// products and the HVPs' backward ones. Else value_grad at new points (two sets of points
+/// alternate, so none is cached): the forward and the backward product. 2 products per column
+/// either way.
 void BM_BatchedPass(benchmark::State& state, Config c, int n, bool hvp) {
   const Toys& t = toys(c, n);
   SerialLikelihood nll(t.model);
@@ -151,11 +151,35 @@ void BM_BatchedPass(benchmark::State& state, Config c, int n, bool hvp) {
     else nll.value_grad({X[++pass % 2].data(), np, n}, F, {out.data(), np, n});
     benchmark::DoNotOptimize(out.data());
   }
-  const double products = hvp && c.asymmetric ? 3 : 2;
-  const double flops = products * 2.0 * static_cast<double>(c.bins * c.procs) * static_cast<double>(t.model->ncoef()) * n;
+  const double flops = 2 * 2.0 * static_cast<double>(c.bins * c.procs) * static_cast<double>(t.model->ncoef()) * n;
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gemm_fraction"] = benchmark::Counter(flops / bench::dgemm_rate(), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["dgemm_GFLOPs"] = bench::dgemm_rate() * 1e-9;
+}
+
+/// The template products of a batched pass alone (the forward and the backward product of every
+/// bin's rows for N columns, detail/lanes.hpp), without the likelihood's per-bin algebra: what the
+/// kernels reach, so that the gap between them and BM_BatchedGrad is the algebra's share.
+void BM_TemplateProducts(benchmark::State& state, Config c, int n) {
+  const Toys& t = toys(c, n);
+  const index_t P = c.procs, nc = t.model->ncoef();
+  std::vector<double> coef(static_cast<std::size_t>(nc * n)), L(static_cast<std::size_t>(P * n)), U(L.size()), acc(coef.size());
+  for (std::size_t i = 0; i < coef.size(); ++i) coef[i] = 0.01 * bench::hash_uniform(i);
+  for (std::size_t i = 0; i < U.size(); ++i) U[i] = bench::hash_uniform(i + 99);
+  const double* K = t.model->logk.data();
+  for (auto _ : state) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (index_t b = 0; b < c.bins; ++b) {
+      const double* rows = K + b * P * nc;
+      detail::forward_rows(rows, nc, P, coef.data(), n, nc, L.data());
+      detail::backward_rows(rows, nc, P, U.data(), n, nc, acc.data());
+    }
+    benchmark::DoNotOptimize(acc.data());
+    benchmark::DoNotOptimize(L.data());
+  }
+  const double flops = 2 * 2.0 * static_cast<double>(c.bins * P) * static_cast<double>(nc) * n;
+  state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gemm_fraction"] = benchmark::Counter(flops / bench::dgemm_rate(), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
@@ -171,6 +195,8 @@ int main(int argc, char** argv) {
         const std::string name = std::string(hvp ? "BM_BatchedHvp/" : "BM_BatchedGrad/") + c.name() + "/N:" + std::to_string(n);
         benchmark::RegisterBenchmark(name.c_str(), BM_BatchedPass, c, n, hvp)->Unit(benchmark::kMillisecond);
       }
+      const std::string products = "BM_TemplateProducts/" + c.name() + "/N:" + std::to_string(n);
+      benchmark::RegisterBenchmark(products.c_str(), BM_TemplateProducts, c, n)->Unit(benchmark::kMillisecond);
       for (int threads : {1, 2}) {
         if (c.asymmetric) continue;  // the passes above show what asymmetric templates change
         if (threads == 2 && n < 8) continue;
