@@ -83,14 +83,19 @@ struct BatchResult {
   std::vector<ReplicaFit> replicas;
   BatchStatistics statistics;
 
+  /// Whether replica r counts in the summaries: converged, and its own work did not fail.
+  bool usable(std::size_t r) const { return replicas[r].converged() && replicas[r].error.empty(); }
   index_t converged() const {
     index_t n = 0;
-    for (const auto& r : replicas) n += r.converged() && r.error.empty();
+    for (std::size_t r = 0; r < replicas.size(); ++r) n += usable(r);
     return n;
   }
   /// Spread of parameter `p` over the converged replicas.
   Spread parameter(index_t p) const {
-    return over_converged([&](const ReplicaFit& r) { return r.x[static_cast<std::size_t>(p)]; });
+    std::vector<double> v;
+    for (std::size_t r = 0; r < replicas.size(); ++r)
+      if (usable(r)) v.push_back(replicas[r].x[static_cast<std::size_t>(p)]);
+    return spread(v);
   }
   /// Spread of the pulls (x̂_p − truth_r)/σ̂_p over the converged replicas; `truth` has one value
   /// per replica, or one for all.
@@ -98,23 +103,10 @@ struct BatchResult {
     if (truth.size() != 1 && truth.size() != replicas.size())
       throw usage_error("pulls need one true value per replica (" + std::to_string(replicas.size()) + ") or one for all, got " +
                         std::to_string(truth.size()));
-    std::size_t r = 0;
-    return over_converged([&](const ReplicaFit& f) {
-      const double t = truth[truth.size() == 1 ? 0 : r];
-      ++r;
-      const auto i = static_cast<std::size_t>(p);
-      return (f.x[i] - t) / f.uncertainties[i];
-    }, &r);
-  }
-
- private:
-  template <class Value>
-  Spread over_converged(Value&& value, std::size_t* counter = nullptr) const {
+    const auto i = static_cast<std::size_t>(p);
     std::vector<double> v;
-    for (const auto& r : replicas) {
-      if (r.converged() && r.error.empty()) v.push_back(value(r));
-      else if (counter) ++*counter;
-    }
+    for (std::size_t r = 0; r < replicas.size(); ++r)
+      if (usable(r)) v.push_back((replicas[r].x[i] - truth[truth.size() == 1 ? 0 : r]) / replicas[r].uncertainties[i]);
     return spread(v);
   }
 };

@@ -33,9 +33,10 @@ struct TrainingOptions {
   /// Index of the PositivityPenalty among the likelihood's regularizers, or −1 for none.
   index_t positivity = -1;
   /// The penalty's multiplier: `positivity_initial`, times `positivity_growth` every
-  /// `positivity_every` iterations, at most `positivity_max` (n3fit's schedule, §3.4).
+  /// `positivity_every` iterations (n3fit's schedule, §3.4) and whenever the minimiser converges
+  /// before it reached `positivity_max`, so that a replica ends at the full multiplier.
   double positivity_initial = 1;
-  double positivity_growth = 2;
+  double positivity_growth = 10;
   index_t positivity_every = 10;
   double positivity_max = 1e8;
   /// The veto at the kept state: every positivity observable ≥ −tolerance (relative to its prefit yield).
@@ -77,7 +78,8 @@ inline std::vector<std::uint8_t> training_split(index_t nbins, double fraction, 
 /// the best state; it stops after `patience` iterations without improvement, or when the
 /// minimiser stops. With a positivity penalty, its multiplier grows on the schedule (the
 /// minimiser then restarts at its current point and radius on the new objective) and the kept
-/// state is vetoed if an observable is negative. The result of replica r is its kept state:
+/// state is vetoed if an observable is negative (growth until the maximum; a minimiser that
+/// converges earlier restarts with the next multiplier). The result of replica r is its kept state:
 /// `x`, the training NLL there, `best_iteration`, `positive`, the status (`converged_callback`
 /// when early stopping ended it), and the covariance when asked.
 ///
@@ -147,34 +149,46 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
       return a;
     };
     FitStatus status = s.status;
-    while (status == FitStatus::running) {
-      status = minimizer.step(fr, s);
-      ++iteration;
-      if (opts.validation_fraction > 0) {
-        ++since_best;
-        if (s.last.accepted) {
-          const double v = validation_nll(s.x);
-          if (v < best_val - opts.min_improvement) {
-            best_val = v;
-            best = s.x;
-            res.best_iteration = iteration;
-            since_best = 0;
+    bool stopped_early = false;
+    for (;;) {
+      if (status == FitStatus::running) {
+        status = minimizer.step(fr, s);
+        ++iteration;
+        if (opts.validation_fraction > 0) {
+          ++since_best;
+          if (s.last.accepted) {
+            const double v = validation_nll(s.x);
+            if (v < best_val - opts.min_improvement) {
+              best_val = v;
+              best = s.x;
+              res.best_iteration = iteration;
+              since_best = 0;
+            }
+          }
+          if (status == FitStatus::running && since_best >= opts.patience) {
+            status = FitStatus::converged_callback;
+            stopped_early = true;
           }
         }
-        if (status == FitStatus::running && since_best >= opts.patience) status = FitStatus::converged_callback;
       }
-      if (status == FitStatus::running && opts.positivity >= 0 && iteration % opts.positivity_every == 0 && lambda < opts.positivity_max) {
-        lambda = std::min(opts.positivity_max, lambda * opts.positivity_growth);
-        lik.set_penalty_scale(r, opts.positivity, lambda);
-        // A new objective: restart the minimiser at the current point, keeping its radius.
-        const double radius = s.radius;
-        counts = add(counts, s.counts);
-        const std::vector<double> x = s.x;
-        minimizer.init(fr, s, x);
-        s.radius = radius;
-        status = s.status;
-        since_best = 0;  // the validation record of the old objective still stands; patience restarts
+      // The multiplier grows on its schedule, and whenever the minimiser has converged before it
+      // reached its maximum (a penalty method's outer loop); early stopping ends the replica.
+      const bool grow = opts.positivity >= 0 && lambda < opts.positivity_max && !stopped_early &&
+                        ((status == FitStatus::running && iteration % opts.positivity_every == 0) || converged(status));
+      if (!grow) {
+        if (status != FitStatus::running) break;
+        continue;
       }
+      lambda = std::min(opts.positivity_max, lambda * opts.positivity_growth);
+      lik.set_penalty_scale(r, opts.positivity, lambda);
+      // A new objective: restart the minimiser at the current point, keeping its radius.
+      const double radius = s.radius;
+      counts = add(counts, s.counts);
+      const std::vector<double> x = s.x;
+      minimizer.init(fr, s, x);
+      s.radius = radius;
+      status = s.status;
+      since_best = 0;  // the validation record of the old objective still stands; patience restarts
     }
     if (opts.validation_fraction == 0) {
       best = s.x;
