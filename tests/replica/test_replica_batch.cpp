@@ -15,6 +15,7 @@
 #include "fitlib/detail/fiber.hpp"
 #include "fitlib/fit.hpp"
 #include "random_model.hpp"
+#include "test_problems.hpp"
 
 using namespace fitlib;
 
@@ -327,5 +328,28 @@ TEST_CASE("replica batch: a failing replica is marked and disturbs no other", "[
   SECTION("more replicas than inputs is an error before anything runs") {
     std::vector<FitOptions> many(4);
     CHECK_THROWS_WITH(alone.fit(nll, minimizer, many), Catch::Contains("holds inputs for 3 replicas"));
+  }
+}
+
+TEST_CASE("replica batch: any objective, here Rosenbrock from many starts, bitwise as sequential fits", "[replica][batch]") {
+  test::Rosenbrock rosen{6};
+  std::vector<FitOptions> starts(9);
+  for (std::size_t r = 0; r < starts.size(); ++r) {
+    starts[r].x0.assign(6, 0.0);
+    for (std::size_t i = 0; i < 6; ++i) starts[r].x0[i] = std::sin(1.7 * static_cast<double>(r + 1) + static_cast<double>(i));
+  }
+  TrustRegionOptions o;
+  o.gtol = 1e-10;
+  const TrustRegion<Gltr> krylov(o);
+  const TrustRegion<Exact> exact(o);
+  const BatchResult k = ReplicaBatch<4>().fit(rosen, krylov, starts), e = ReplicaBatch<4>().fit(rosen, exact, starts);
+  for (std::size_t r = 0; r < starts.size(); ++r) {
+    INFO("start " << r);
+    const FitResult sk = fit(rosen, krylov, starts[r]), se = fit(rosen, exact, starts[r]);
+    CHECK(k.replicas[r].converged());
+    CHECK(same_bits(k.replicas[r].x, sk.x));
+    CHECK(k.replicas[r].iterations == sk.iterations);
+    CHECK(same_bits(e.replicas[r].x, se.x));
+    CHECK(same_bits(e.replicas[r].covariance, se.covariance));
   }
 }

@@ -30,7 +30,8 @@ concept replica_objective = objective<F> && requires(F& f, const F& cf, std::spa
   { cf.replica_count() } -> std::convertible_to<index_t>;
 };
 
-/// One replica's outcome: its fit, plus what replica training adds.
+/// One replica's outcome: its fit, plus what replica training adds. Its `seconds` is the wall time
+/// from its start to its end, the rounds it waited for the others' evaluations included.
 struct ReplicaFit : FitResult {
   /// Iteration of the kept state (the best validation NLL in training; else the last iteration).
   index_t best_iteration = 0;
