@@ -167,6 +167,7 @@ TEST_CASE("likelihood replicas: each column evaluates with its replica's inputs,
     std::vector<ReplicaInputs> bad(2);
     bad[1].data.assign(3, 1.0);
     CHECK_THROWS_WITH(nll.set_replicas(bad), Catch::Contains("replica 1: data has 3 entries"));
+    CHECK(nll.replica_count() == 3);  // a refused set leaves the inputs as they were
     bad[1].data.assign(static_cast<std::size_t>(m.nbins()), 1.0);
     bad[1].data[2] = -1;
     CHECK_THROWS_WITH(nll.set_replicas(bad), Catch::Contains("replica 1: observed count in"));

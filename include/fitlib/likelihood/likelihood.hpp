@@ -138,9 +138,7 @@ class Likelihood {
   void set_replicas(std::vector<ReplicaInputs> replicas) {
     const Model& m = *model_;
     const auto nb = static_cast<std::size_t>(m.nbins()), ns = static_cast<std::size_t>(m.nsyst());
-    for (auto& s : shards_) s.clear_slots();
-    replicas_.clear();
-    selected_.clear();
+    // Everything is checked before anything changes, so a bad replica leaves the inputs as they were.
     for (std::size_t r = 0; r < replicas.size(); ++r) {
       ReplicaInputs& in = replicas[r];
       const std::string who = "replica " + std::to_string(r) + ": ";
@@ -167,21 +165,25 @@ class Likelihood {
         in.data = counts_;
         in.variances = variances_;
       }
-      if (!in.data.empty()) {
-        for (std::size_t i = 0; i < nb; ++i)
-          if (!std::isfinite(in.data[i]) || in.data[i] < 0)
-            throw usage_error(who + "observed count in " + m.describe_bin(static_cast<index_t>(i)) + " is " + std::to_string(in.data[i]) +
-                              "; counts must be finite and non-negative");
-        const std::span<const double> var = in.variances.empty() ? std::span<const double>(in.data) : std::span<const double>(in.variances);
-        if (opts_.data_term == DataTerm::chisq) check_variances(var);
-        for (std::size_t k = 0; k < shards_.size(); ++k) {
-          const auto b0 = static_cast<std::size_t>(data_offset(k)), nd = static_cast<std::size_t>(shards_[k].ndata());
-          shards_[k].set_slot(static_cast<index_t>(r + 1), std::span(in.data).subspan(b0, nd), var.subspan(b0, nd),
-                              in.bins.empty() ? std::span<const std::uint8_t>{} : std::span<const std::uint8_t>(in.bins).subspan(b0, nd));
-        }
-      }
-      replicas_.push_back(std::move(in));
+      for (std::size_t i = 0; i < in.data.size(); ++i)
+        if (!std::isfinite(in.data[i]) || in.data[i] < 0)
+          throw usage_error(who + "observed count in " + m.describe_bin(static_cast<index_t>(i)) + " is " + std::to_string(in.data[i]) +
+                            "; counts must be finite and non-negative");
+      if (!in.data.empty() && opts_.data_term == DataTerm::chisq) check_variances(in.variances.empty() ? in.data : in.variances);
     }
+    for (auto& s : shards_) s.clear_slots();
+    selected_.clear();
+    for (std::size_t r = 0; r < replicas.size(); ++r) {
+      const ReplicaInputs& in = replicas[r];
+      if (in.data.empty()) continue;
+      const std::span<const double> var = in.variances.empty() ? std::span<const double>(in.data) : std::span<const double>(in.variances);
+      for (std::size_t k = 0; k < shards_.size(); ++k) {
+        const auto b0 = static_cast<std::size_t>(data_offset(k)), nd = static_cast<std::size_t>(shards_[k].ndata());
+        shards_[k].set_slot(static_cast<index_t>(r + 1), std::span(in.data).subspan(b0, nd), var.subspan(b0, nd),
+                            in.bins.empty() ? std::span<const std::uint8_t>{} : std::span<const std::uint8_t>(in.bins).subspan(b0, nd));
+      }
+    }
+    replicas_ = std::move(replicas);
   }
   index_t replica_count() const { return static_cast<index_t>(replicas_.size()); }
   const ReplicaInputs& replica(index_t r) const { return replicas_.at(static_cast<std::size_t>(r)); }
