@@ -70,7 +70,7 @@ LikelihoodOptions likelihood_options(const Args& a) {
   if (a.chisq && a.covariance) throw usage_error("--chisqFit and --covarianceFit exclude each other; choose one data term");
   o.data_term = a.chisq ? DataTerm::chisq : a.covariance ? DataTerm::covariance : DataTerm::poisson;
   o.allow_negative_poi = a.allow_negative_poi;
-  o.shards = 1;
+  o.shards = a.threads;  // one shard per thread
   o.bin_by_bin.enabled = !a.no_bbb;
   o.bin_by_bin.mode = choose<BinByBinMode>("--binByBinStatMode", a.bbb_mode, {{"lite", BinByBinMode::lite}, {"full", BinByBinMode::full}});
   o.bin_by_bin.type = choose<BinByBinType>("--binByBinStatType", a.bbb_type,
@@ -561,7 +561,8 @@ int main(int argc, char** argv) {
   app.add_option("--scanRange", a.scan_range, "scan half-width in postfit σ")->capture_default_str();
   auto* unblind = app.add_option("--unblind", a.unblind, "data fits report POIs and NOIs blinded (fixed, name-seeded offsets) unless unblinded here: no values = all, else the names/regexes given")
                       ->expected(0, -1);
-  app.add_option("--threads", a.threads, "threads (fitlib-fit evaluates on one thread until thread shards land)")->capture_default_str();
+  app.add_option("--threads", a.threads, "threads: the bins split into as many shards, evaluated concurrently (results depend on the count only through the order of the shard sums)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   // An option given without values leaves one empty string behind in CLI11 2.1.
   for (auto* v : {&a.pseudodata, &a.scan, &a.unblind}) std::erase(*v, std::string());
@@ -573,7 +574,6 @@ int main(int argc, char** argv) {
     if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan))
       throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts or --scan; drop one of them");
     if (a.threads < 1) throw usage_error("--threads must be ≥ 1, got " + std::to_string(a.threads));
-    if (a.threads > 1 && !a.quiet) std::fprintf(stderr, "fitlib-fit: note: evaluating on one thread (--threads %d requested)\n", a.threads);
     for (int t : a.toys)
       if (t < -1) throw usage_error("-t/--toys takes -1 (Asimov), 0 (data) or a number of toys N > 0, got " + std::to_string(t));
     // Toy i is named toy<i> in every set, so a second set would overwrite the first's names.
@@ -603,6 +603,9 @@ int main(int argc, char** argv) {
       if (std::find(in.pseudodata_names.begin(), in.pseudodata_names.end(), p) == in.pseudodata_names.end())
         throw usage_error("--pseudoData names '" + p + "', which is not a pseudodata set of the tensor");
     adjust_model(in.model, a);
+    if (a.threads > in.model.nbins())
+      throw usage_error("--threads " + std::to_string(a.threads) + " exceeds the tensor's " + std::to_string(in.model.nbins()) +
+                        " unmasked bins (each thread takes a shard of them); use at most " + std::to_string(in.model.nbins()));
     const bool bin_by_bin = lo.bin_by_bin.enabled && !in.model.sumw2.empty();
     if (a.global_impacts && bin_by_bin && lo.data_term == DataTerm::covariance)
       throw usage_error("--globalImpacts splits off the bin-by-bin part with a Poisson or χ² data term only, not with --covarianceFit; "
@@ -621,11 +624,13 @@ int main(int argc, char** argv) {
       (void)fitlib::detail::frozen_mask(lik.parameter_names(), a.freeze);
       return run_with_method(lik, a, in);
     };
+    // The bins split over --threads shards, evaluated concurrently and added in shard order (one
+    // thread: one shard, the serial evaluation).
     if (model->sparse) {
-      SparseSerialLikelihood lik(model, {}, lo);
+      SparseThreadedLikelihood lik(model, cpu::Threads{a.threads}, lo);
       fits = run_all(lik);
     } else {
-      SerialLikelihood lik(model, {}, lo);
+      ThreadedLikelihood lik(model, cpu::Threads{a.threads}, lo);
       fits = run_all(lik);
     }
 

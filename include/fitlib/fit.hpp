@@ -10,6 +10,7 @@
 #include "fitlib/model/model.hpp"
 #include "fitlib/model/model_builder.hpp"
 #include "fitlib/device/serial.hpp"
+#include "fitlib/device/threads.hpp"
 #include "fitlib/device/partition.hpp"
 #include "fitlib/likelihood/interpolation.hpp"
 #include "fitlib/likelihood/options.hpp"

@@ -2,6 +2,7 @@
 // Likelihood<Shard>: the shards' data-term partials reduced in shard order, plus the global terms.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/partition.hpp"
+#include "fitlib/device/threads.hpp"
 #include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/likelihood/cell.hpp"
 #include "fitlib/likelihood/covariance_term.hpp"
@@ -61,6 +63,8 @@ class Likelihood {
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
     for (const BinRange& r : partition_bins(*model_, k)) shards_.emplace_back(model_, r, policy, opts_);
     partial_.resize(shards_.size());
+    if (const index_t threads = std::min<index_t>(policy.concurrency(), nshards()); threads > 1)
+      pool_ = std::make_shared<detail::ForkJoinPool>(threads - 1);
   }
   explicit Likelihood(Model model, policy_type policy = {}, LikelihoodOptions opts = {})
       : Likelihood(std::make_shared<const Model>(std::move(model)), policy, opts) {}
@@ -265,7 +269,7 @@ class Likelihood {
     const std::span<const index_t> slots = bind_columns(nx);
     for (index_t j = 0; j < nx; ++j) {
       BlockView<double> hj = hess.block_cols(j * n, n);
-      for (std::size_t k = 0; k < shards_.size(); ++k) {
+      for_each_shard([&](std::size_t k) {
         auto& buf = partial_[k].hess;
         buf.resize(static_cast<std::size_t>(n * n));
         const index_t b0 = data_offset(k);
@@ -273,8 +277,8 @@ class Likelihood {
                            coupled ? data_rows(y_, b0, k) : ConstBlockView<double>{},
                            coupled ? BlockView<double>(rows_.data() + b0, shards_[k].ndata(), n, rows_.rows()) : BlockView<double>{},
                            slots.empty() ? 0 : slots[static_cast<std::size_t>(j)]);
-        if (k > 0) add(hj, ConstBlockView<double>(buf.data(), n, n));
-      }
+      });
+      for (std::size_t k = 1; k < shards_.size(); ++k) add(hj, ConstBlockView<double>(partial_[k].hess.data(), n, n));
       if (coupled) covariance_.add_curvature(j, rows_, hj);
     }
     add_global_terms(x, {}, {}, {}, {}, hess);
@@ -396,6 +400,21 @@ class Likelihood {
     return column_slots_;
   }
 
+  /// Runs f(k) for every shard k: on the calling thread one after the other, or with a pool on
+  /// its threads, as many shards at a time as there are threads. Each shard writes only its own
+  /// buffers, so the outcome does not depend on which finishes first.
+  template <class Fn>
+  void for_each_shard(Fn&& f) {
+    const auto n = static_cast<index_t>(shards_.size());
+    if (!pool_) {
+      for (index_t k = 0; k < n; ++k) f(static_cast<std::size_t>(k));
+      return;
+    }
+    const index_t width = pool_->workers() + 1;
+    for (index_t k0 = 0; k0 < n; k0 += width)
+      pool_->run(std::min(width, n - k0), [&](index_t t) { f(static_cast<std::size_t>(k0 + t)); });
+  }
+
   /// The χ² term divides by every unmasked bin's variance.
   void check_variances(std::span<const double> variances) const {
     for (std::size_t b = 0; b < variances.size(); ++b)
@@ -440,22 +459,26 @@ class Likelihood {
     if (coupled) solve_coupled(x, v, f);
     // The coupled term's value comes from solve_coupled: its backward pass only serves derivatives.
     const bool backward = !coupled || !g.empty() || nv > 0;
-    for (std::size_t k = 0; k < shards_.size() && backward; ++k) {
-      Partials& p = partial_[k];
-      PartialRequest rq;
-      rq.x = x;
-      rq.v = v;
-      rq.slots = slots;
-      if (coupled) {
-        rq.coupled_y = data_rows(y_, data_offset(k), k);
-        if (nv > 0) rq.coupled_z = data_rows(z_, data_offset(k), k);
-      }
-      // Shard 0 writes straight into the outputs; the others into buffers added in shard order.
-      if (!f.empty() && !coupled) rq.nll = k == 0 ? f.data() : sized(p.nll, nx);
-      if (!g.empty()) rq.grad = k == 0 ? g : BlockView<double>(sized(p.grad, n * nx), n, nx);
-      if (nv > 0) rq.hvp = k == 0 ? hv : BlockView<double>(sized(p.hvp, n * nv), n, nv);
-      shards_[k].partials(rq);
-      if (k == 0) continue;
+    // Shard 0 writes straight into the outputs, the others into their buffers (concurrently where
+    // the policy has threads); then the buffers are added in shard order.
+    if (backward)
+      for_each_shard([&](std::size_t k) {
+        Partials& p = partial_[k];
+        PartialRequest rq;
+        rq.x = x;
+        rq.v = v;
+        rq.slots = slots;
+        if (coupled) {
+          rq.coupled_y = data_rows(y_, data_offset(k), k);
+          if (nv > 0) rq.coupled_z = data_rows(z_, data_offset(k), k);
+        }
+        if (!f.empty() && !coupled) rq.nll = k == 0 ? f.data() : sized(p.nll, nx);
+        if (!g.empty()) rq.grad = k == 0 ? g : BlockView<double>(sized(p.grad, n * nx), n, nx);
+        if (nv > 0) rq.hvp = k == 0 ? hv : BlockView<double>(sized(p.hvp, n * nv), n, nv);
+        shards_[k].partials(rq);
+      });
+    for (std::size_t k = 1; k < shards_.size() && backward; ++k) {
+      const Partials& p = partial_[k];
       if (!f.empty() && !coupled) add(BlockView<double>(f.data(), 1, nx), ConstBlockView<double>(p.nll.data(), 1, nx));
       if (!g.empty()) add(g, ConstBlockView<double>(p.grad.data(), n, nx));
       if (nv > 0) add(hv, ConstBlockView<double>(p.hvp.data(), n, nv));
@@ -602,11 +625,11 @@ class Likelihood {
     dnu_.resize(B, nv);
     dq_.resize(B, nv);
     z_.resize(B, nv);
-    for (std::size_t k = 0; k < shards_.size(); ++k) {
+    for_each_shard([&](std::size_t k) {
       const index_t b0 = data_offset(k), nd = shards_[k].ndata();
       auto rows = [&](Eigen::MatrixXd& a) { return BlockView<double>(a.data() + b0, nd, a.cols(), B); };
       shards_[k].coupled_aggregates(x, v, rows(nu_), rows(q_), rows(dnu_), rows(dq_));
-    }
+    });
     for (index_t j = 0; j < nx; ++j) {
       const double value = covariance_.solve(j, {nu_.col(j).data(), static_cast<std::size_t>(B)}, {q_.col(j).data(), static_cast<std::size_t>(B)},
                                              counts_of(j), y_.col(j).data());
@@ -694,6 +717,7 @@ class Likelihood {
   std::vector<ResolvedTerm> external_;
   std::vector<ShardT> shards_;
   std::vector<Partials> partial_;
+  std::shared_ptr<detail::ForkJoinPool> pool_;  ///< the policy's threads beyond the caller's; null on one thread
   std::vector<double> counts_, variances_;  ///< the observed counts and variances of set_data
   std::vector<ReplicaInputs> replicas_;
   std::vector<index_t> selected_;     ///< replica of each column (use_replicas), −1: the likelihood's own
@@ -709,6 +733,10 @@ using SerialLikelihood = Likelihood<Shard<cpu::Serial, storage::Dense>>;
 
 /// The likelihood on one CPU thread with sparse templates (rabbit's sparse tensors, §1.3).
 using SparseSerialLikelihood = Likelihood<Shard<cpu::Serial, storage::Sparse>>;
+
+/// The likelihood with its bins split over CPU threads (cpu::Threads{k}), dense or sparse templates.
+using ThreadedLikelihood = Likelihood<Shard<cpu::Threads, storage::Dense>>;
+using SparseThreadedLikelihood = Likelihood<Shard<cpu::Threads, storage::Sparse>>;
 
 static_assert(objective_with_hessian<SerialLikelihood>);
 

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: MIT
+// cpu::Threads: shards on threads give bitwise the cpu::Serial result with as many shards, run after run.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "fitlib/fit.hpp"
+#include "random_model.hpp"
+
+using namespace fitlib;
+
+namespace {
+
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+Model threaded_model() {
+  test::RandomModelSpec sp;
+  sp.bins = 41;
+  sp.masked_bins = 5;
+  sp.procs = 3;
+  sp.nsyst = 7;
+  sp.template_stats = true;
+  sp.zero_counts = false;  // the χ² term needs positive variances
+  sp.seed = 23;
+  return test::random_model(sp);
+}
+
+/// Values, gradients, HVPs and Hessians of three columns, as one flat vector.
+template <class Lik>
+std::vector<double> everything(Lik& l) {
+  const index_t n = l.size();
+  std::vector<double> X, V;
+  const auto x0 = l.default_parameters();
+  for (int j = 0; j < 3; ++j)
+    for (index_t i = 0; i < n; ++i) {
+      X.push_back(x0[static_cast<std::size_t>(i)] + 0.04 * (j + 1) * std::sin(1.1 * static_cast<double>(i + j)));
+      V.push_back(std::cos(0.9 * static_cast<double>(i) + j));
+    }
+  std::vector<double> f(3), g(static_cast<std::size_t>(3 * n)), hv(g.size()), H(static_cast<std::size_t>(3 * n * n)), f2(3), g2(g.size());
+  l.value_grad({X.data(), n, 3}, f, {g.data(), n, 3});
+  l.hessp({X.data(), n, 3}, {V.data(), n, 3}, {hv.data(), n, 3});
+  l.hessian({X.data(), n, 3}, f2, {g2.data(), n, 3}, {H.data(), n, 3 * n});
+  std::vector<double> all = f;
+  for (const auto* v : {&g, &hv, &H}) all.insert(all.end(), v->begin(), v->end());
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("threads: the fork-join pool runs every task once and rethrows the first failure", "[threads]") {
+  detail::ForkJoinPool pool(3);
+  std::vector<std::atomic<int>> hits(4);
+  for (int round = 0; round < 50; ++round) pool.run(4, [&](index_t k) { ++hits[static_cast<std::size_t>(k)]; });
+  for (auto& h : hits) CHECK(h.load() == 50);
+  CHECK_THROWS_WITH(pool.run(4, [](index_t k) { if (k == 2) throw std::runtime_error("task 2 failed"); }), "task 2 failed");
+  pool.run(2, [&](index_t k) { ++hits[static_cast<std::size_t>(k)]; });  // still usable
+  CHECK(hits[1].load() == 51);
+  CHECK_THROWS_WITH(pool.run(5, [](index_t) {}), Catch::Contains("5 tasks on 4 threads"));
+}
+
+TEST_CASE("threads: shards on threads equal the serial shards bitwise, and one shard to 1e-12", "[threads]") {
+  const Model m = threaded_model();
+  for (DataTerm term : {DataTerm::poisson, DataTerm::chisq}) {
+    LikelihoodOptions lo;
+    lo.data_term = term;
+    for (index_t k : {2, 3}) {
+      ThreadedLikelihood threaded(m, cpu::Threads{k}, lo);
+      LikelihoodOptions serial_shards = lo;
+      serial_shards.shards = k;
+      SerialLikelihood serial(m, {}, serial_shards), one(m, {}, lo);
+      REQUIRE(threaded.nshards() == k);
+      const auto t = everything(threaded);
+      INFO("data term " << static_cast<int>(term) << ", " << k << " threads");
+      CHECK(same_bits(t, everything(serial)));
+      for (int again = 0; again < 10; ++again) CHECK(same_bits(t, everything(threaded)));  // run after run
+      const auto o = everything(one);
+      double worst = 0;
+      for (std::size_t i = 0; i < t.size(); ++i) worst = std::max(worst, std::abs(t[i] - o[i]) / std::max(1.0, std::abs(o[i])));
+      CHECK(worst < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("threads: fits and replica batches over thread shards equal the serial ones", "[threads]") {
+  const Model m = threaded_model();
+  LikelihoodOptions lo;
+  lo.shards = 3;
+  ThreadedLikelihood threaded(m, cpu::Threads{3}, lo);
+  SerialLikelihood serial(m, {}, lo);
+  const TrustRegion<Gltr> minimizer;
+  const FitResult a = fit(threaded, minimizer), b = fit(serial, minimizer);
+  CHECK(same_bits(a.x, b.x));
+  CHECK(same_bits(a.covariance, b.covariance));
+
+  std::vector<ReplicaInputs> toys;
+  for (int i = 1; i <= 6; ++i) toys.emplace_back().data = generate_toy(serial, 3, static_cast<std::uint64_t>(i)).data;
+  threaded.set_replicas(toys);
+  serial.set_replicas(toys);
+  const std::vector<FitOptions> opts(toys.size());
+  const BatchResult bt = ReplicaBatch<4>().fit(threaded, minimizer, opts), bs = ReplicaBatch<4>().fit(serial, minimizer, opts);
+  for (std::size_t r = 0; r < toys.size(); ++r) CHECK(same_bits(bt.replicas[r].x, bs.replicas[r].x));
+}
