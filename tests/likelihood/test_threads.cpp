@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "fitlib/fit.hpp"
@@ -97,6 +98,14 @@ TEST_CASE("threads: fits and replica batches over thread shards equal the serial
   const FitResult a = fit(threaded, minimizer), b = fit(serial, minimizer);
   CHECK(same_bits(a.x, b.x));
   CHECK(same_bits(a.covariance, b.covariance));
+  // Copies have threads of their own: two copies fitted at once on two threads agree with the original.
+  ThreadedLikelihood c1 = threaded, c2 = threaded;
+  FitResult r1, r2;
+  std::thread t1([&] { r1 = fit(c1, minimizer); }), t2([&] { r2 = fit(c2, minimizer); });
+  t1.join();
+  t2.join();
+  CHECK(same_bits(r1.x, a.x));
+  CHECK(same_bits(r2.x, a.x));
 
   std::vector<ReplicaInputs> toys;
   for (int i = 1; i <= 6; ++i) toys.emplace_back().data = generate_toy(serial, 3, static_cast<std::uint64_t>(i)).data;

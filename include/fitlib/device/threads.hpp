@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -116,6 +117,28 @@ class ForkJoinPool {
   std::uint64_t generation_ = 0;
   std::vector<std::exception_ptr> errors_;
   bool stop_ = false;
+};
+
+/// Owns a ForkJoinPool (or none) for an object that may be copied or moved: a copy gets threads
+/// of its own, so two copies never share a pool.
+class PoolHandle {
+ public:
+  PoolHandle() = default;
+  explicit PoolHandle(index_t workers) : pool_(std::make_unique<ForkJoinPool>(workers)) {}
+  PoolHandle(const PoolHandle& o) : pool_(o.pool_ ? std::make_unique<ForkJoinPool>(o.pool_->workers()) : nullptr) {}
+  PoolHandle& operator=(const PoolHandle& o) {
+    if (this != &o) pool_ = o.pool_ ? std::make_unique<ForkJoinPool>(o.pool_->workers()) : nullptr;
+    return *this;
+  }
+  PoolHandle(PoolHandle&&) noexcept = default;
+  PoolHandle& operator=(PoolHandle&&) noexcept = default;
+
+  ForkJoinPool* get() const { return pool_.get(); }
+  explicit operator bool() const { return pool_ != nullptr; }
+  ForkJoinPool* operator->() const { return pool_.get(); }
+
+ private:
+  std::unique_ptr<ForkJoinPool> pool_;
 };
 
 }  // namespace detail

@@ -64,7 +64,7 @@ class Likelihood {
     for (const BinRange& r : partition_bins(*model_, k)) shards_.emplace_back(model_, r, policy, opts_);
     partial_.resize(shards_.size());
     if (const index_t threads = std::min<index_t>(policy.concurrency(), nshards()); threads > 1)
-      pool_ = std::make_shared<detail::ForkJoinPool>(threads - 1);
+      pool_ = detail::PoolHandle(threads - 1);
   }
   explicit Likelihood(Model model, policy_type policy = {}, LikelihoodOptions opts = {})
       : Likelihood(std::make_shared<const Model>(std::move(model)), policy, opts) {}
@@ -717,7 +717,7 @@ class Likelihood {
   std::vector<ResolvedTerm> external_;
   std::vector<ShardT> shards_;
   std::vector<Partials> partial_;
-  std::shared_ptr<detail::ForkJoinPool> pool_;  ///< the policy's threads beyond the caller's; null on one thread
+  detail::PoolHandle pool_;  ///< the policy's threads beyond the caller's (a copy gets its own); none on one thread
   std::vector<double> counts_, variances_;  ///< the observed counts and variances of set_data
   std::vector<ReplicaInputs> replicas_;
   std::vector<index_t> selected_;     ///< replica of each column (use_replicas), −1: the likelihood's own
