@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -132,5 +133,28 @@ inline double rel_error(const std::vector<double>& a, const std::vector<double>&
   }
   return den > 0 ? num / den : num;
 }
+
+/// The small model whose toys have Gaussian pulls: 20 bins, a signal and a background, three
+/// constrained symmetric nuisances centred at 0, no empty bins.
+inline Model pull_model() {
+  RandomModelSpec sp;
+  sp.bins = 20;
+  sp.masked_bins = 0;
+  sp.procs = 2;
+  sp.nsyst = 3;
+  sp.unconstrained = 0;
+  sp.asymmetric = false;
+  sp.zero_counts = false;
+  sp.seed = 3;
+  Model m = random_model(sp);
+  m.theta0.assign(m.theta0.size(), 0.0);
+  return m;
+}
+
+/// Equal to the last bit (NaNs of one pattern included), for results that must not depend on how they were batched or sharded.
+inline bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+}
+inline bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 }  // namespace fitlib::test

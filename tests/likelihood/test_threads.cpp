@@ -13,12 +13,9 @@
 #include "random_model.hpp"
 
 using namespace fitlib;
+using test::same_bits;
 
 namespace {
-
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
 
 Model threaded_model() {
   test::RandomModelSpec sp;

@@ -18,6 +18,7 @@
 #include "test_problems.hpp"
 
 using namespace fitlib;
+using test::same_bits;
 
 namespace {
 
@@ -43,13 +44,6 @@ std::vector<ReplicaInputs> toys(SerialLikelihood& nll, int count, std::uint64_t 
     in.push_back(std::move(r));
   }
   return in;
-}
-
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) return false;
-  return true;
 }
 
 }  // namespace
@@ -129,7 +123,7 @@ TEST_CASE("likelihood replicas: each column evaluates with its replica's inputs,
     alone.hessp({xj, n, 1}, {V.data() + j * n, n, 1}, {hv1.data(), n, 1});
     alone.hessian({xj, n, 1}, f1, {g1.data(), n, 1}, {H1.data(), n, n});
     INFO("column " << j << " (replica " << r << ")");
-    CHECK(same_bits({f1[0]}, {f[static_cast<std::size_t>(j)]}));
+    CHECK(same_bits(f1[0], f[static_cast<std::size_t>(j)]));
     CHECK(same_bits(g1, {g.begin() + j * n, g.begin() + (j + 1) * n}));
     CHECK(same_bits(hv1, {hv.begin() + j * n, hv.begin() + (j + 1) * n}));
     CHECK(same_bits(H1, {H.begin() + j * n * n, H.begin() + (j + 1) * n * n}));
@@ -292,7 +286,7 @@ void check_batch_equals_sequential(index_t width) {
     CHECK(f.iterations == s.iterations);
     CHECK(f.counts.hvps == s.counts.hvps);
     CHECK(same_bits(f.x, s.x));
-    CHECK(same_bits({f.nll}, {s.nll}));
+    CHECK(same_bits(f.nll, s.nll));
     CHECK(same_bits(f.covariance, s.covariance));
   }
 }

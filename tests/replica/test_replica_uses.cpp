@@ -11,23 +11,10 @@
 #include "random_model.hpp"
 
 using namespace fitlib;
+using test::pull_model;
+using test::same_bits;
 
 namespace {
-
-Model pull_model() {
-  test::RandomModelSpec sp;
-  sp.bins = 20;
-  sp.masked_bins = 0;
-  sp.procs = 2;
-  sp.nsyst = 3;
-  sp.unconstrained = 0;
-  sp.asymmetric = false;
-  sp.zero_counts = false;
-  sp.seed = 3;
-  Model m = test::random_model(sp);
-  m.theta0.assign(m.theta0.size(), 0.0);
-  return m;
-}
 
 LikelihoodOptions linear(DataTerm term = DataTerm::poisson) {
   LikelihoodOptions lo;
@@ -42,8 +29,6 @@ TrustRegion<Exact> tight() {
   o.gtol = 1e-9;
   return TrustRegion<Exact>(o);
 }
-
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 /// Toys as replica inputs, and the true value of every parameter per toy.
 struct ToyBatch {

@@ -11,17 +11,7 @@
 using namespace fitlib;
 
 TEST_CASE("toys: pulls of the POI and a constrained nuisance are standard normal", "[replica][toys]") {
-  test::RandomModelSpec sp;
-  sp.bins = 20;
-  sp.masked_bins = 0;
-  sp.procs = 2;
-  sp.nsyst = 3;
-  sp.unconstrained = 0;
-  sp.asymmetric = false;
-  sp.zero_counts = false;
-  sp.seed = 3;
-  Model m = test::random_model(sp);
-  m.theta0.assign(m.theta0.size(), 0.0);
+  const Model m = test::pull_model();
   LikelihoodOptions lo;
   lo.allow_negative_poi = true;  // μ = x: its pull is Gaussian without the √μ map's curvature
   lo.bin_by_bin.enabled = false;

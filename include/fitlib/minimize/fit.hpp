@@ -293,10 +293,7 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   }
   r.iterations = state.iteration;
   r.counts = state.counts;
-  r.counts.values += extra.values;
-  r.counts.gradients += extra.gradients;
-  r.counts.hessians += extra.hessians;
-  r.counts.hvps += extra.hvps;
+  r.counts += extra;  // the preconditioner's prefit Hessian
 
   detail::postfit(f, r, free, options.covariance);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -28,6 +28,15 @@ struct EvaluationCounts {
   index_t hessians = 0;   ///< dense Hessians
   /// The hessp calls SciPy would have made for the same iterates (trust-region.md §1.3, §6.8).
   index_t scipy_hessp = 0;
+
+  EvaluationCounts& operator+=(const EvaluationCounts& o) {
+    values += o.values;
+    gradients += o.gradients;
+    hvps += o.hvps;
+    hessians += o.hessians;
+    scipy_hessp += o.scipy_hessp;
+    return *this;
+  }
 };
 
 /// Everything of one minimisation: the iterate, the trial point, the radius, the counters and the

@@ -31,12 +31,14 @@ struct Scan {
   std::vector<FitStatus> status;
 };
 
-/// Scans `name` over x̂ ± range·σ̂ in `points` steps (rabbit-likelihood-and-format.md §5.4): each side
-/// outward from the best fit, every point started from its neighbour's solution. Parameters frozen
-/// in `best` stay frozen. A point whose fit does not converge keeps its status; never throws for it.
-template <objective F, class Sub>
-Scan profile_scan(F& f, const TrustRegion<Sub>& minimizer, const FitResult& best, const std::string& name, ScanOptions opts = {}) {
-  opts.validate();
+namespace detail {
+/// A scanned parameter: its index and its grid step range·σ̂/(points/2), checked to be free and to
+/// have a postfit uncertainty.
+struct ScanAxis {
+  index_t index;
+  double step;
+};
+inline ScanAxis scan_axis(const FitResult& best, const std::string& name, const ScanOptions& opts) {
   const index_t j = best.index(name);
   const auto ju = static_cast<std::size_t>(j);
   if (best.frozen[ju]) throw usage_error("cannot scan '" + name + "': it is frozen in the fit");
@@ -44,7 +46,19 @@ Scan profile_scan(F& f, const TrustRegion<Sub>& minimizer, const FitResult& best
   if (!(sigma > 0) || !std::isfinite(sigma))
     throw usage_error("cannot scan '" + name + "': its postfit uncertainty is " + std::to_string(sigma) + "; fit with the covariance first");
   const index_t half = opts.points / 2;
-  const double step = half > 0 ? opts.range * sigma / static_cast<double>(half) : 0.0;
+  return {j, half > 0 ? opts.range * sigma / static_cast<double>(half) : 0.0};
+}
+}  // namespace detail
+
+/// Scans `name` over x̂ ± range·σ̂ in `points` steps (rabbit-likelihood-and-format.md §5.4): each side
+/// outward from the best fit, every point started from its neighbour's solution. Parameters frozen
+/// in `best` stay frozen. A point whose fit does not converge keeps its status; never throws for it.
+template <objective F, class Sub>
+Scan profile_scan(F& f, const TrustRegion<Sub>& minimizer, const FitResult& best, const std::string& name, ScanOptions opts = {}) {
+  opts.validate();
+  const auto [j, step] = detail::scan_axis(best, name, opts);
+  const auto ju = static_cast<std::size_t>(j);
+  const index_t half = opts.points / 2;
   FitOptions fo;
   fo.covariance = false;
   for (std::size_t i = 0; i < best.names.size(); ++i)

@@ -59,16 +59,10 @@ GridScan batch_scan(const ReplicaBatch<N>& batch, F& f, const TrustRegion<Sub>& 
   FitOptions base;
   base.covariance = false;
   for (const auto& name : names) {
-    const index_t j = best.index(name);
-    const auto ju = static_cast<std::size_t>(j);
-    if (best.frozen[ju]) throw usage_error("cannot scan '" + name + "': it is frozen in the fit");
-    const double sigma = best.uncertainties[ju];
-    if (!(sigma > 0) || !std::isfinite(sigma))
-      throw usage_error("cannot scan '" + name + "': its postfit uncertainty is " + std::to_string(sigma) + "; fit with the covariance first");
-    const double step = half > 0 ? opts.range * sigma / static_cast<double>(half) : 0.0;
+    const auto [j, step] = detail::scan_axis(best, name, opts);
+    const double centre = best.x[static_cast<std::size_t>(j)];
     std::vector<double> axis;
-    for (index_t k = -half; k <= half; ++k) axis.push_back(best.x[ju] + static_cast<double>(k) * step);
-    axis[static_cast<std::size_t>(half)] = best.x[ju];
+    for (index_t k = -half; k <= half; ++k) axis.push_back(k == 0 ? centre : centre + static_cast<double>(k) * step);
     g.values.push_back(std::move(axis));
     index.push_back(j);
   }

@@ -140,14 +140,6 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
     index_t iteration = 0, since_best = 0;
     double lambda = opts.positivity_initial;
     EvaluationCounts counts;  // of the minimiser runs before the last restart
-    auto add = [](EvaluationCounts a, const EvaluationCounts& b) {
-      a.values += b.values;
-      a.gradients += b.gradients;
-      a.hvps += b.hvps;
-      a.hessians += b.hessians;
-      a.scipy_hessp += b.scipy_hessp;
-      return a;
-    };
     FitStatus status = s.status;
     bool stopped_early = false;
     for (;;) {
@@ -183,7 +175,7 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
       lik.set_penalty_scale(r, opts.positivity, lambda);
       // A new objective: restart the minimiser at the current point, keeping its radius.
       const double radius = s.radius;
-      counts = add(counts, s.counts);
+      counts += s.counts;
       const std::vector<double> x = s.x;
       minimizer.init(fr, s, x);
       s.radius = radius;
@@ -201,7 +193,8 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
     res.frozen.assign(static_cast<std::size_t>(n), false);
     std::vector<index_t> free(static_cast<std::size_t>(n));
     for (index_t i = 0; i < n; ++i) free[static_cast<std::size_t>(i)] = i;
-    res.counts = add(counts, s.counts);
+    res.counts = counts;
+    res.counts += s.counts;
     detail::postfit(fr, res, free, opts.covariance);
   };
   std::vector<std::string> errors;
