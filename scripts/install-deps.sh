@@ -16,6 +16,8 @@ packages=(
   libcli11-dev      # CLI11: the fitlib-fit command line
   hdf5-filter-plugin-blosc-serial  # Blosc v1 filter (32001) of rabbit's meta pickle
   python3-pip       # installs the Blosc2 HDF5 filter plugin below
+  libopenmpi-dev    # Open MPI: mpi::Ranks, the bins split over MPI ranks
+  openmpi-bin       # mpirun, for the MPI tests and `mpirun -n K fitlib-fit`
 )
 if [[ "${1:-}" == "--fuzz" ]]; then
   packages+=(clang-14 libclang-rt-14-dev)  # the libFuzzer target of the rabbit reader (make fuzz)

@@ -21,6 +21,9 @@
 #include "fitlib/io/rabbit.hpp"
 #include "fitlib/io/results.hpp"
 #include "fitlib/io/sha256.hpp"
+#ifdef FITLIB_FIT_MPI  // built with MPI: `mpirun -n K fitlib-fit …` splits the bins over K ranks
+#include "fitlib/device/mpi.hpp"
+#endif
 
 using namespace fitlib;
 
@@ -54,6 +57,7 @@ struct Args {
   std::vector<std::string> unblind;
   bool unblind_all = false;
   int threads = 1;
+  index_t rank = 0, ranks = 1;  ///< this process's MPI rank and the number of ranks (1 without mpirun)
 };
 
 template <class E>
@@ -502,13 +506,85 @@ nlohmann::json options_json(const Args& a) {
           {"globalImpacts", a.global_impacts},
           {"scan", a.do_scan ? nlohmann::json(a.scan) : nlohmann::json(nullptr)},
           {"unblind", a.unblind_all ? nlohmann::json("all") : nlohmann::json(a.unblind)},
-          {"threads", a.threads}};
+          {"threads", a.threads},
+          {"ranks", a.ranks}};
+}
+
+/// The tensor, or under MPI this rank's part of it: the systematic tensor of its own bins only
+/// (io::rabbit_partition), the rest whole. Rank 0 alone streams the file for its SHA-256.
+io::RabbitTensor read_input(const Args& a, io::RabbitReadOptions ro) {
+  if (a.ranks == 1) return io::read_rabbit(a.input, ro);
+  ro.bins = io::rabbit_partition(a.input, a.ranks)[static_cast<std::size_t>(a.rank)];
+  if (a.rank == 0) return io::read_rabbit(a.input, ro);
+  io::RabbitTensor t = io::read_rabbit(io::hdf5::File::open(a.input), ro);
+  t.path = a.input;
+  return t;
+}
+
+#ifdef FITLIB_FIT_MPI
+/// Every rank ran the same minimizer on the same gathered sums, so every rank must hold the same
+/// fitted bits; a difference (different binaries or CPUs across ranks) is reported, never ignored.
+bool ranks_agree(const std::vector<io::FitRecord>& records) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the fitted parameters' bits
+  for (const auto& f : records)
+    for (double x : f.result.x) {
+      std::uint64_t bits;
+      std::memcpy(&bits, &x, sizeof bits);
+      h = (h ^ bits) * 1099511628211ULL;
+    }
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(mpi::size_of(MPI_COMM_WORLD)));
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  return std::all_of(all.begin(), all.end(), [&](std::uint64_t o) { return o == h; });
+}
+#endif
+
+/// Runs `body(lik)` on the likelihood the options and the model's storage call for: the bins split
+/// over --threads shards evaluated concurrently and added in shard order (one thread: the serial
+/// evaluation), and under MPI over the ranks first.
+template <class Body>
+auto with_likelihood(const Args& a, std::shared_ptr<const Model> model, const LikelihoodOptions& lo, Body&& body) {
+#ifdef FITLIB_FIT_MPI
+  if (a.ranks > 1) {
+    const mpi::Ranks<cpu::Threads> ranks{cpu::Threads{a.threads}};
+    if (model->sparse) {
+      Likelihood<Shard<mpi::Ranks<cpu::Threads>, storage::Sparse>> lik(model, ranks, lo);
+      return body(lik);
+    }
+    Likelihood<Shard<mpi::Ranks<cpu::Threads>, storage::Dense>> lik(model, ranks, lo);
+    return body(lik);
+  }
+#endif
+  if (model->sparse) {
+    SparseThreadedLikelihood lik(model, cpu::Threads{a.threads}, lo);
+    return body(lik);
+  }
+  ThreadedLikelihood lik(model, cpu::Threads{a.threads}, lo);
+  return body(lik);
+}
+
+/// Reports bad input (exit status 2). Under MPI a rank that fails ends every rank, since the
+/// others may be waiting for it in a collective; each rank that got there says which it is.
+int fail(const Args& a, const char* what) {
+  if (a.ranks == 1) {
+    std::fprintf(stderr, "fitlib-fit: error: %s\n", what);
+    return 2;
+  }
+  std::fprintf(stderr, "fitlib-fit: error on rank %td of %td: %s\n", a.rank, a.ranks, what);
+#ifdef FITLIB_FIT_MPI
+  MPI_Abort(MPI_COMM_WORLD, 2);
+#endif
+  return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a;
+#ifdef FITLIB_FIT_MPI
+  const mpi::Session mpi_session(&argc, &argv);
+  a.rank = mpi::rank_of(MPI_COMM_WORLD);
+  a.ranks = mpi::size_of(MPI_COMM_WORLD);
+#endif
   CLI::App app{"fitlib-fit: binned profile-likelihood fits of rabbit input tensors (fitlib " FITLIB_VERSION_STRING ")"};
   app.get_formatter()->column_width(40);
   app.footer(
@@ -569,11 +645,15 @@ int main(int argc, char** argv) {
   a.use_pseudodata = pd->count() > 0;
   a.do_scan = scan->count() > 0;
   a.unblind_all = unblind->count() > 0 && a.unblind.empty();
+  a.quiet = a.quiet || a.rank > 0;  // under MPI, rank 0 speaks for all
 
   try {
     if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan))
       throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts or --scan; drop one of them");
     if (a.threads < 1) throw usage_error("--threads must be ≥ 1, got " + std::to_string(a.threads));
+    if (a.ranks > 1 && a.covariance)
+      throw usage_error("--covarianceFit couples every bin through the inverse data covariance, which no MPI rank holds alone; run "
+                        "fitlib-fit without mpirun (--threads splits the bins over threads), or use --chisqFit or the Poisson term");
     for (int t : a.toys)
       if (t < -1) throw usage_error("-t/--toys takes -1 (Asimov), 0 (data) or a number of toys N > 0, got " + std::to_string(t));
     // Toy i is named toy<i> in every set, so a second set would overwrite the first's names.
@@ -595,7 +675,7 @@ int main(int argc, char** argv) {
     io::RabbitReadOptions ro;
     ro.allow_negative_yields = a.allow_negative_expectation;
     ro.systematic_type = a.systematic_type == "normal" ? SystematicType::normal : SystematicType::log_normal;
-    io::RabbitTensor in = io::read_rabbit(a.input, ro);
+    io::RabbitTensor in = read_input(a, ro);
     if (!in.beta_variations.empty() && !a.no_bbb && lo.bin_by_bin.mode == BinByBinMode::full)
       throw usage_error("the tensor has hbetavariations, which fitlib does not apply yet; use --binByBinStatMode lite or --noBinByBinStat");
     if (a.use_pseudodata && in.pseudodata_names.empty()) throw usage_error("--pseudoData: the tensor has no pseudodata sets");
@@ -603,9 +683,10 @@ int main(int argc, char** argv) {
       if (std::find(in.pseudodata_names.begin(), in.pseudodata_names.end(), p) == in.pseudodata_names.end())
         throw usage_error("--pseudoData names '" + p + "', which is not a pseudodata set of the tensor");
     adjust_model(in.model, a);
-    if (a.threads > in.model.nbins())
-      throw usage_error("--threads " + std::to_string(a.threads) + " exceeds the tensor's " + std::to_string(in.model.nbins()) +
-                        " unmasked bins (each thread takes a shard of them); use at most " + std::to_string(in.model.nbins()));
+    if (a.threads * a.ranks > in.model.nbins())
+      throw usage_error("--threads " + std::to_string(a.threads) + (a.ranks > 1 ? " on each of " + std::to_string(a.ranks) + " ranks" : "") +
+                        " exceeds the tensor's " + std::to_string(in.model.nbins()) + " unmasked bins (each thread takes a shard of them); use at most " +
+                        std::to_string(in.model.nbins() / a.ranks));
     const bool bin_by_bin = lo.bin_by_bin.enabled && !in.model.sumw2.empty();
     if (a.global_impacts && bin_by_bin && lo.data_term == DataTerm::covariance)
       throw usage_error("--globalImpacts splits off the bin-by-bin part with a Poisson or χ² data term only, not with --covarianceFit; "
@@ -624,15 +705,14 @@ int main(int argc, char** argv) {
       (void)fitlib::detail::frozen_mask(lik.parameter_names(), a.freeze);
       return run_with_method(lik, a, in);
     };
-    // The bins split over --threads shards, evaluated concurrently and added in shard order (one
-    // thread: one shard, the serial evaluation).
-    if (model->sparse) {
-      SparseThreadedLikelihood lik(model, cpu::Threads{a.threads}, lo);
-      fits = run_all(lik);
-    } else {
-      ThreadedLikelihood lik(model, cpu::Threads{a.threads}, lo);
-      fits = run_all(lik);
-    }
+    fits = with_likelihood(a, model, lo, run_all);
+#ifdef FITLIB_FIT_MPI
+    if (a.ranks > 1 && !ranks_agree(fits.records))
+      throw usage_error("the MPI ranks fitted different parameters; run the same fitlib-fit binary on identical CPUs on every rank");
+#endif
+    bool all_converged = true;
+    for (const auto& f : fits.records) all_converged = all_converged && f.result.converged();
+    if (a.rank > 0) return all_converged ? 0 : 3;  // rank 0 writes and reports
 
     io::RunInfo run;
     run.input_path = a.input;
@@ -645,14 +725,10 @@ int main(int argc, char** argv) {
     if (fits.toys) print_toy_summary(*fits.toys);
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("\nwrote %s%s; total %.3f s\n", a.output.c_str(), a.json ? " and its .json summary" : "", total);
-    bool all_converged = true;
-    for (const auto& f : fits.records) all_converged = all_converged && f.result.converged();
     return all_converged ? 0 : 3;
   } catch (const fitlib::error& e) {
-    std::fprintf(stderr, "fitlib-fit: error: %s\n", e.what());
-    return 2;
+    return fail(a, e.what());
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "fitlib-fit: error: %s\n", e.what());
-    return 2;
+    return fail(a, e.what());
   }
 }

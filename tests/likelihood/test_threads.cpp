@@ -11,45 +11,13 @@
 
 #include "fitlib/fit.hpp"
 #include "random_model.hpp"
+#include "shard_checks.hpp"
 
 using namespace fitlib;
 using test::same_bits;
 
-namespace {
-
-Model threaded_model() {
-  test::RandomModelSpec sp;
-  sp.bins = 41;
-  sp.masked_bins = 5;
-  sp.procs = 3;
-  sp.nsyst = 7;
-  sp.template_stats = true;
-  sp.zero_counts = false;  // the χ² term needs positive variances
-  sp.seed = 23;
-  return test::random_model(sp);
-}
-
-/// Values, gradients, HVPs and Hessians of three columns, as one flat vector.
-template <class Lik>
-std::vector<double> everything(Lik& l) {
-  const index_t n = l.size();
-  std::vector<double> X, V;
-  const auto x0 = l.default_parameters();
-  for (int j = 0; j < 3; ++j)
-    for (index_t i = 0; i < n; ++i) {
-      X.push_back(x0[static_cast<std::size_t>(i)] + 0.04 * (j + 1) * std::sin(1.1 * static_cast<double>(i + j)));
-      V.push_back(std::cos(0.9 * static_cast<double>(i) + j));
-    }
-  std::vector<double> f(3), g(static_cast<std::size_t>(3 * n)), hv(g.size()), H(static_cast<std::size_t>(3 * n * n)), f2(3), g2(g.size());
-  l.value_grad({X.data(), n, 3}, f, {g.data(), n, 3});
-  l.hessp({X.data(), n, 3}, {V.data(), n, 3}, {hv.data(), n, 3});
-  l.hessian({X.data(), n, 3}, f2, {g2.data(), n, 3}, {H.data(), n, 3 * n});
-  std::vector<double> all = f;
-  for (const auto* v : {&g, &hv, &H}) all.insert(all.end(), v->begin(), v->end());
-  return all;
-}
-
-}  // namespace
+using test::everything;
+using test::sharded_model;
 
 TEST_CASE("threads: the fork-join pool runs every task once and rethrows the first failure", "[threads]") {
   detail::ForkJoinPool pool(3);
@@ -63,7 +31,7 @@ TEST_CASE("threads: the fork-join pool runs every task once and rethrows the fir
 }
 
 TEST_CASE("threads: shards on threads equal the serial shards bitwise, and one shard to 1e-12", "[threads]") {
-  const Model m = threaded_model();
+  const Model m = sharded_model();
   for (DataTerm term : {DataTerm::poisson, DataTerm::chisq}) {
     LikelihoodOptions lo;
     lo.data_term = term;
@@ -77,16 +45,13 @@ TEST_CASE("threads: shards on threads equal the serial shards bitwise, and one s
       INFO("data term " << static_cast<int>(term) << ", " << k << " threads");
       CHECK(same_bits(t, everything(serial)));
       for (int again = 0; again < 10; ++again) CHECK(same_bits(t, everything(threaded)));  // run after run
-      const auto o = everything(one);
-      double worst = 0;
-      for (std::size_t i = 0; i < t.size(); ++i) worst = std::max(worst, std::abs(t[i] - o[i]) / std::max(1.0, std::abs(o[i])));
-      CHECK(worst < 1e-12);
+      CHECK(test::worst_relative(t, everything(one)) < 1e-12);
     }
   }
 }
 
 TEST_CASE("threads: fits and replica batches over thread shards equal the serial ones", "[threads]") {
-  const Model m = threaded_model();
+  const Model m = sharded_model();
   LikelihoodOptions lo;
   lo.shards = 3;
   ThreadedLikelihood threaded(m, cpu::Threads{3}, lo);

@@ -45,4 +45,12 @@ struct BlockView {
 template <class T>
 using ConstBlockView = BlockView<const T>;
 
+/// Bins `[begin, end)` in the model's global bin order.
+struct BinRange {
+  index_t begin = 0;
+  index_t end = 0;
+  index_t size() const { return end - begin; }
+  friend bool operator==(const BinRange&, const BinRange&) = default;
+};
+
 }  // namespace fitlib

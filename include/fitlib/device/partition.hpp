@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,14 +14,6 @@
 #include "fitlib/model/sparse_templates.hpp"
 
 namespace fitlib {
-
-/// Bins `[begin, end)` in the model's global bin order.
-struct BinRange {
-  index_t begin = 0;
-  index_t end = 0;
-  index_t size() const { return end - begin; }
-  friend bool operator==(const BinRange&, const BinRange&) = default;
-};
 
 /// The work one evaluation spends on each unmasked bin, in template entries: the stored logk
 /// entries of its cells (every cell's ncoef with dense templates, the non-zero ones with sparse),
@@ -39,34 +33,51 @@ inline std::vector<index_t> bin_work(const Model& model) {
   return w;
 }
 
-/// Splits the unmasked bins into `nshards` contiguous ranges carrying about equal work (bin_work),
-/// never splitting a bin: shard k ends at the first bin where the running work reaches k + 1
-/// shares, and every shard keeps at least one bin. The masked bins, which cost nothing in the data
-/// term, join the last range. The ranges cover every bin once; the split depends on the model and
-/// the count only.
-inline std::vector<BinRange> partition_bins(const Model& model, index_t nshards) {
-  const index_t nb = model.nbins(), bf = model.nbins_full();
-  if (nshards < 1 || nshards > nb)
-    throw usage_error("cannot split " + std::to_string(nb) + " unmasked bins into " + std::to_string(nshards) +
-                      " shards; use between 1 and " + std::to_string(nb) + " shards");
-  const std::vector<index_t> w = bin_work(model);
-  // Exact integer shares: shard k ends where nshards·(work so far) reaches (k + 1)·total.
+namespace detail {
+/// Splits bins `[begin, begin + w.size())` (work w each) into k contiguous ranges carrying about equal
+/// work, never splitting a bin: range r ends at the first bin where the running work reaches r + 1
+/// shares, and every range keeps at least one bin; the last ends at `end` (which may add bins
+/// that cost nothing, such as masked ones). Exact integer shares, so the split depends on w and k only.
+inline std::vector<BinRange> split_work(std::span<const index_t> w, index_t begin, index_t end, index_t k) {
+  const auto nb = static_cast<index_t>(w.size());
   index_t total = 0;
   for (index_t x : w) total += x;
   std::vector<BinRange> ranges;
-  index_t begin = 0, done = 0;  // done: the work of bins [0, begin)
-  for (index_t k = 0; k < nshards; ++k) {
-    index_t end = nb;
-    if (k + 1 < nshards) {
-      const index_t last = nb - (nshards - k - 1);  // one bin left for each later shard
-      end = begin;
-      do done += w[static_cast<std::size_t>(end++)];
-      while (end < last && nshards * done < (k + 1) * total);
+  index_t i = 0, done = 0;  // done: the work of bins [0, i)
+  for (index_t r = 0; r < k; ++r) {
+    index_t stop = nb;
+    if (r + 1 < k) {
+      const index_t last = nb - (k - r - 1);  // one bin left for each later range
+      stop = i;
+      do done += w[static_cast<std::size_t>(stop++)];
+      while (stop < last && k * done < (r + 1) * total);
     }
-    ranges.push_back({begin, k + 1 == nshards ? bf : end});
-    begin = end;
+    ranges.push_back({begin + i, r + 1 == k ? end : begin + stop});
+    i = stop;
   }
   return ranges;
+}
+}  // namespace detail
+
+/// Splits the bins `within` (all by default) into `nshards` contiguous ranges carrying about equal
+/// work (bin_work) in their unmasked bins, never splitting a bin (detail::split_work). The masked
+/// bins, which cost nothing in the data term, join the last range. The ranges cover `within` once;
+/// the split depends on the model, the range and the count only. A model that holds part of the
+/// tensor (Model::logk_bins) can be split only within the bins it holds.
+inline std::vector<BinRange> partition_bins(const Model& model, index_t nshards, std::optional<BinRange> within = {}) {
+  const index_t nb = model.nbins(), bf = model.nbins_full();
+  const BinRange all = within ? *within : BinRange{0, bf}, held = model.held_bins();
+  if (all.begin < held.begin || all.end > held.end || all.begin > all.end)
+    throw usage_error("cannot split bins [" + std::to_string(all.begin) + ", " + std::to_string(all.end) + ") of a model that holds the templates of bins [" +
+                      std::to_string(held.begin) + ", " + std::to_string(held.end) +
+                      ") only (read for one MPI rank): evaluate it with mpi::Ranks, or read the whole tensor");
+  const index_t data_end = std::min(all.end, nb), ndata = std::max<index_t>(0, data_end - all.begin);
+  if (nshards < 1 || nshards > ndata)
+    throw usage_error("cannot split " + std::to_string(ndata) + " unmasked bins into " + std::to_string(nshards) +
+                      " shards; use between 1 and " + std::to_string(ndata) + " shards");
+  const std::vector<index_t> w = bin_work(model);
+  return detail::split_work(std::span(w).subspan(static_cast<std::size_t>(all.begin), static_cast<std::size_t>(ndata)), all.begin, all.end,
+                            nshards);
 }
 
 /// The split for a device policy: one shard per unit of its concurrency.

@@ -9,15 +9,18 @@
 #include <future>
 #include <map>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/device/partition.hpp"
 #include "fitlib/io/hdf5.hpp"
 #include "fitlib/io/sha256.hpp"
 #include "fitlib/model/model.hpp"
@@ -33,6 +36,12 @@ struct RabbitReadOptions {
   /// How the systematic tensor acts on the yields. rabbit records it only in the `meta` pickle, which
   /// fitlib does not read: set `SystematicType::normal` for files written with systematic_type="normal".
   SystematicType systematic_type = SystematicType::log_normal;
+  /// Read the systematic tensor (hlogk, or hlogk_sparse) of these bins only, as one rank of an MPI fit does
+  /// (rabbit_partition gives each rank its range): the model holds just their rows (`Model::logk_bins` = bins),
+  /// read with HDF5 hyperslab reads, so no rank reads or holds the whole tensor. Bins are numbered as in the
+  /// model: all Bf bins, masked ones included. Everything else (nominal yields, data, variances...) is read whole.
+  /// Empty: the whole tensor. A range that is empty or not inside [0, Bf) is a `usage_error`.
+  std::optional<BinRange> bins = std::nullopt;
 };
 
 /// A rabbit input tensor: the model, ready to fit, and what else the file holds for the fit.
@@ -75,10 +84,7 @@ class Reader {
 
     read_names(m);
     read_data(m);
-    out.sparse = !has("hnorm");  // rabbit's own rule (inputdata.py): dense whenever hnorm exists
-    if (out.sparse && !has("hnorm_sparse"))
-      fail("hnorm", "is missing, and so is hnorm_sparse: the file has no nominal yields",
-           "this is not a rabbit input tensor, or its writing was interrupted: regenerate it with rabbit's TensorWriter");
+    out.sparse = sparse_layout();
     if (out.sparse)
       read_sparse_shape();
     else
@@ -94,6 +100,7 @@ class Reader {
     read_external_terms(m);
     if (has("hbetavariations")) out.beta_variations = doubles("hbetavariations", {nbf_, nb_, np_}, "[Bf, B, P]").values;
 
+    m.logk_bins = opt_.bins;
     m.channels.push_back({"ch0", static_cast<index_t>(nb_), false});
     if (nbf_ > nb_) m.channels.push_back({"ch1_masked", static_cast<index_t>(nbf_ - nb_), true});
     m.theta0.assign(ns_, 0.0);
@@ -106,10 +113,83 @@ class Reader {
     return out;
   }
 
+  /// The bin ranges of `count` parts, split as partition_bins splits the model read() makes (detail::split_work of
+  /// bin_work over the unmasked bins), without reading the systematic tensor whole.
+  std::vector<BinRange> partition(index_t count) {
+    Model m;  // names and data only
+    read_names(m);
+    read_data(m);
+    const auto nb = static_cast<index_t>(nb_);
+    if (count < 1 || count > nb)
+      throw usage_error("cannot split the " + std::to_string(nb) + " unmasked bins of rabbit tensor '" + f_.file_name() + "' into " +
+                        std::to_string(count) + " parts; use between 1 and " + std::to_string(nb) + " parts");
+    const std::vector<index_t> work = sparse_layout() ? sparse_work() : dense_work();
+    return fitlib::detail::split_work(work, 0, static_cast<index_t>(nbf_), count);
+  }
+
+  /// Entries of hlogk_sparse per read while rabbit_partition streams it (16 MiB of indices, 8 MiB of values).
+  static constexpr std::size_t stream_rows = std::size_t{1} << 20;
+
  private:
+  /// bin_work of a dense tensor, from its shapes: every cell of every bin, ncoef entries and one.
+  std::vector<index_t> dense_work() {
+    require("hlogk", "the dense systematic tensor, present whenever hnorm is");
+    require("hnorm", "nominal yields");
+    dense_nbins(hdf5::RowReader<double>(f_, "hnorm").shape());
+    const std::size_t nc = dense_logk_columns(hdf5::RowReader<double>(f_, "hlogk").shape());
+    return std::vector<index_t>(nb_, static_cast<index_t>(np_ * (nc + 1)));
+  }
+
+  /// bin_work of a sparse tensor: each non-zero cell's non-zero hlogk_sparse entries and one, streaming
+  /// hlogk_sparse in reads of `stream_rows` entries. Checks the order a part read relies on (§1.3) on the way.
+  std::vector<index_t> sparse_work() {
+    read_sparse_shape();
+    const auto norm = coo("hnorm_sparse");
+    const hdf5::Array<std::int64_t>& ni = norm.first;  // not a structured binding: lambdas below capture it (clang < 16)
+    const hdf5::Array<double>& nv = norm.second;
+    nnz_norm_ = nv.size();
+    sparse_logk_columns();
+    const CooRows rows = coo_rows("hlogk_sparse");
+    // Per hnorm_sparse entry, its non-zero hlogk_sparse entries: the row from_coo builds for its cell, which drops
+    // explicit zeros (reading the values costs half the indices' bytes, and keeps the split exactly partition_bins').
+    std::vector<index_t> entries(nnz_norm_, 0), work(nb_, 0);
+    try {
+      for (std::size_t r = 0; r < rows.values.rows(); r += stream_rows) {
+        const std::size_t n = std::min(stream_rows, rows.values.rows() - r), r0 = r > 0 ? r - 1 : 0;  // r0: the entry before, for the order
+        const std::vector<std::int64_t> idx = rows.indices.read(r0, r + n - r0).values;
+        const std::vector<double> value = rows.values.read(r, n).values;
+        for (std::size_t k = r - r0; k < r + n - r0; ++k) {
+          const std::int64_t cell = idx[2 * k];
+          const auto entry = [&] {
+            return "hlogk_sparse entry " + std::to_string(r0 + k) + " (cell " + std::to_string(cell) + ", coefficient " + std::to_string(idx[2 * k + 1]) + ")";
+          };
+          if (cell < 0 || static_cast<std::size_t>(cell) >= nnz_norm_)
+            fail("hlogk_sparse/indices", "has " + entry() + ", outside the " + std::to_string(nnz_norm_) +
+                                             " entries of hnorm_sparse; a cell is a position in hnorm_sparse (§1.3)");
+          fitlib::detail::sparse::require_row_major(idx, static_cast<index_t>(k), "hlogk_sparse", entry(), "cell", "coefficient");
+          if (value[r0 + k - r] != 0) ++entries[static_cast<std::size_t>(cell)];
+        }
+      }
+      for (std::size_t k = 0; k < nnz_norm_; ++k) {
+        const std::int64_t b = ni.values[2 * k];
+        const auto entry = [&] {
+          return "hnorm_sparse entry " + std::to_string(k) + " (bin " + std::to_string(b) + ", process " + std::to_string(ni.values[2 * k + 1]) + ")";
+        };
+        if (b < 0 || static_cast<std::size_t>(b) >= nbf_)
+          fail("hnorm_sparse/indices", "has " + entry() + ", outside the " + std::to_string(nbf_) + " bins of its dense_shape");
+        fitlib::detail::sparse::require_row_major(ni.values, static_cast<index_t>(k), "hnorm_sparse", entry(), "bin", "process");
+        if (nv.values[k] != 0 && static_cast<std::size_t>(b) < nb_) work[static_cast<std::size_t>(b)] += entries[k] + 1;
+      }
+    } catch (const model_error& e) {
+      throw file_error("rabbit tensor '" + f_.file_name() + "': " + e.what());
+    }
+    return work;
+  }
+
   const hdf5::File& f_;
   const RabbitReadOptions& opt_;
   std::size_t nb_ = 0, nbf_ = 0, np_ = 0, ns_ = 0;
+  std::size_t b0_ = 0, b1_ = 0;  // the bins whose systematic-tensor rows are read (RabbitReadOptions::bins, else all)
   bool symmetric_ = true;
   std::vector<std::string> procs_, systs_;
   std::vector<double> kstat_;  // old files only (hkstat instead of hsumw2)
@@ -152,11 +232,13 @@ class Reader {
     return s;
   }
 
-  void check_finite(const std::string& ds, const hdf5::Array<double>& a) const {
-    for (std::size_t k = 0; k < a.values.size(); ++k)
-      if (!std::isfinite(a.values[k]))
-        fail(ds, "has " + number(a.values[k]) + " at " + position(ds, a.shape, k) + "; every value must be finite", regenerate);
+  /// Every value finite: `values` are the elements of `ds` (logical shape `shape`) from flat index `first` on.
+  void check_finite(const std::string& ds, const std::vector<double>& values, const std::vector<std::size_t>& shape, std::size_t first) const {
+    for (std::size_t k = 0; k < values.size(); ++k)
+      if (!std::isfinite(values[k]))
+        fail(ds, "has " + number(values[k]) + " at " + position(ds, shape, first + k) + "; every value must be finite", regenerate);
   }
+  void check_finite(const std::string& ds, const hdf5::Array<double>& a) const { check_finite(ds, a.values, a.shape, 0); }
   void check_non_negative(const std::string& ds, const hdf5::Array<double>& a, const std::string& what) const {
     for (std::size_t k = 0; k < a.values.size(); ++k)
       if (a.values[k] < 0) fail(ds, "has " + number(a.values[k]) + " at " + position(ds, a.shape, k) + "; " + what, regenerate);
@@ -218,15 +300,50 @@ class Reader {
       fail(ds, "gives " + std::to_string(bf) + " bins, fewer than the " + std::to_string(nb_) +
                    " unmasked bins of hdata_obs; all bins (Bf) are the unmasked ones followed by the masked ones");
     nbf_ = bf;
+    b0_ = 0;
+    b1_ = bf;
+    if (!opt_.bins) return;
+    const BinRange r = *opt_.bins;
+    if (r.begin < 0 || r.begin >= r.end || r.end > static_cast<index_t>(bf))
+      throw usage_error("RabbitReadOptions::bins is [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + "), but rabbit tensor '" +
+                        f_.file_name() + "' has " + std::to_string(bf) + " bins (" + std::to_string(nb_) + " unmasked, " + std::to_string(bf - nb_) +
+                        " masked); give a non-empty range inside [0, " + std::to_string(bf) + "), e.g. one of io::rabbit_partition's");
+    b0_ = static_cast<std::size_t>(r.begin);
+    b1_ = static_cast<std::size_t>(r.end);
+  }
+
+  /// rabbit's own rule (inputdata.py, §1.9): dense whenever hnorm exists, else sparse.
+  bool sparse_layout() const {
+    const bool sparse = !has("hnorm");
+    if (sparse && !has("hnorm_sparse"))
+      fail("hnorm", "is missing, and so is hnorm_sparse: the file has no nominal yields",
+           "this is not a rabbit input tensor, or its writing was interrupted: regenerate it with rabbit's TensorWriter");
+    return sparse;
+  }
+
+  /// Bf from hnorm's logical shape, which must be [Bf, P].
+  void dense_nbins(const std::vector<std::size_t>& shape) {
+    if (shape.size() != 2 || shape[1] != np_)
+      fail("hnorm", "has shape " + join(shape) + ", expected [Bf, " + std::to_string(np_) + "] = [all bins, P processes from hprocs]");
+    set_nbins_full(shape[0], "hnorm");
+  }
+
+  /// The layout of hlogk from its logical shape (§1.3): [Bf, P, S] symmetric or [Bf, P, 2, S] asymmetric. Sets
+  /// symmetric_; returns the coefficients per cell (S or 2S).
+  std::size_t dense_logk_columns(const std::vector<std::size_t>& shape) {
+    symmetric_ = shape.size() == 3;
+    if (symmetric_)
+      check_shape("hlogk", shape, {nbf_, np_, ns_}, "[Bf, P, S] (symmetric) or [Bf, P, 2, S] (asymmetric)");
+    else
+      check_shape("hlogk", shape, {nbf_, np_, 2, ns_}, "[Bf, P, 2, S] (asymmetric) or [Bf, P, S] (symmetric)");
+    return symmetric_ ? ns_ : 2 * ns_;
   }
 
   void read_dense(Model& m) {
     require("hlogk", "the dense systematic tensor, present whenever hnorm is");
     require("hnorm", "nominal yields");
     auto norm = hdf5::read_doubles(f_, "hnorm");
-    if (norm.shape.size() != 2 || norm.shape[1] != np_)
-      fail("hnorm", "has shape " + join(norm.shape) + ", expected [Bf, " + std::to_string(np_) + "] = [all bins, P processes from hprocs]");
-    set_nbins_full(norm.shape[0], "hnorm");
+    dense_nbins(norm.shape);
     check_finite("hnorm", norm);
     if (!opt_.allow_negative_yields)
       for (std::size_t k = 0; k < norm.values.size(); ++k)
@@ -234,21 +351,27 @@ class Reader {
           fail("hnorm", "has the negative yield " + number(norm.values[k]) + " at " + position("hnorm", norm.shape, k),
                "set RabbitReadOptions::allow_negative_yields if the file was written with allow_negative_expectation, else " +
                    std::string(regenerate));
-    auto logk = hdf5::read_doubles(f_, "hlogk");
-    if (logk.shape.size() == 3) {
-      symmetric_ = true;
-      check_shape("hlogk", logk.shape, {nbf_, np_, ns_}, "[Bf, P, S] (symmetric) or [Bf, P, 2, S] (asymmetric)");
+    // The rows of bins [b0, b1): cells [b0·P, b1·P) of hlogk, row-major, so one hyperslab (§1.2).
+    hdf5::Array<double> logk;
+    std::vector<std::size_t> shape;  // hlogk's logical shape
+    std::size_t nc = 0;
+    if (opt_.bins) {
+      const hdf5::RowReader<double> rows(f_, "hlogk");
+      shape = rows.shape();
+      nc = dense_logk_columns(shape);
+      logk = rows.read(b0_, b1_ - b0_);
     } else {
-      symmetric_ = false;
-      check_shape("hlogk", logk.shape, {nbf_, np_, 2, ns_}, "[Bf, P, 2, S] (asymmetric) or [Bf, P, S] (symmetric)");
+      logk = hdf5::read_doubles(f_, "hlogk");
+      shape = logk.shape;
+      nc = dense_logk_columns(shape);
     }
-    check_finite("hlogk", logk);
-    const std::size_t nc = symmetric_ ? ns_ : 2 * ns_;
-    for (std::size_t c = 0; c < nbf_ * np_; ++c)
+    const std::size_t c0 = b0_ * np_;  // the first cell read
+    check_finite("hlogk", logk.values, shape, c0 * nc);
+    for (std::size_t c = c0; c < b1_ * np_; ++c)
       if (norm.values[c] == 0)
         for (std::size_t k = 0; k < nc; ++k)
-          if (logk.values[c * nc + k] != 0)
-            fail("hlogk", "has " + number(logk.values[c * nc + k]) + " at " + position("hlogk", logk.shape, c * nc + k) +
+          if (const double v = logk.values[(c - c0) * nc + k]; v != 0)
+            fail("hlogk", "has " + number(v) + " at " + position("hlogk", shape, c * nc + k) +
                               " although hnorm is 0 there; a variation needs a non-zero nominal yield");
     m.symmetric = symmetric_;
     m.nominal = std::move(norm.values);
@@ -275,17 +398,37 @@ class Reader {
     set_nbins_full(static_cast<std::size_t>(shape[0]), "hnorm_sparse");
   }
 
+  /// A sparse group's datasets exist, and its logical shapes are [nnz × 2] (indices) and [nnz] (values).
+  void require_coo(const std::string& group) const {
+    require(group + "/indices", "the sparse tensor's (row, column) indices");
+    require(group + "/values", "the sparse tensor's values");
+  }
+  void check_coo_shapes(const std::string& group, const std::vector<std::size_t>& indices, const std::vector<std::size_t>& values) const {
+    const std::string idx = group + "/indices", val = group + "/values";
+    if (values.size() != 1) fail(val, "has shape " + join(values) + ", expected [nnz] (one value per index pair)");
+    check_shape(idx, indices, {values[0], 2}, "[nnz, 2] (one index pair per entry of " + val + ")");
+  }
+
   /// The [nnz × 2] index array and [nnz] value array of a sparse group.
   std::pair<hdf5::Array<std::int64_t>, hdf5::Array<double>> coo(const std::string& group) const {
-    const std::string idx = group + "/indices", val = group + "/values";
-    require(idx, "the sparse tensor's (row, column) indices");
-    require(val, "the sparse tensor's values");
-    auto i = hdf5::read_int64s(f_, idx);
-    auto v = hdf5::read_doubles(f_, val);
-    if (v.shape.size() != 1) fail(val, "has shape " + join(v.shape) + ", expected [nnz] (one value per index pair)");
-    check_shape(idx, i.shape, {v.shape[0], 2}, "[nnz, 2] (one index pair per entry of " + val + ")");
-    check_finite(val, v);
+    require_coo(group);
+    auto i = hdf5::read_int64s(f_, group + "/indices");
+    auto v = hdf5::read_doubles(f_, group + "/values");
+    check_coo_shapes(group, i.shape, v.shape);
+    check_finite(group + "/values", v);
     return {std::move(i), std::move(v)};
+  }
+
+  /// A sparse group's datasets opened for reading ranges of entries (shapes checked, nothing read yet).
+  struct CooRows {
+    hdf5::RowReader<std::int64_t> indices;
+    hdf5::RowReader<double> values;
+  };
+  CooRows coo_rows(const std::string& group) const {
+    require_coo(group);
+    CooRows r{hdf5::RowReader<std::int64_t>(f_, group + "/indices"), hdf5::RowReader<double>(f_, group + "/values")};
+    check_coo_shapes(group, r.indices.shape(), r.values.shape());
+    return r;
   }
 
   void read_sparse(Model& m) {
@@ -301,6 +444,25 @@ class Reader {
                "set RabbitReadOptions::allow_negative_yields if the file was written with allow_negative_expectation, else " +
                    std::string(regenerate));
         }
+    const std::size_t cols = sparse_logk_columns();
+    hdf5::Array<std::int64_t> li;
+    hdf5::Array<double> lv;
+    std::size_t first = 0;  // the entries read are hlogk_sparse's [first, first + lv.size())
+    if (opt_.bins)
+      first = read_held_logk(ni.values, li, lv);
+    else
+      std::tie(li, lv) = coo("hlogk_sparse");
+    try {
+      m.sparse = SparseTemplates::from_coo(static_cast<index_t>(nbf_), static_cast<index_t>(np_), static_cast<index_t>(cols), ni.values, nv.values,
+                                           li.values, lv.values, static_cast<index_t>(first));
+    } catch (const model_error& e) {
+      throw file_error("rabbit tensor '" + f_.file_name() + "': " + e.what());
+    }
+    m.symmetric = symmetric_;
+  }
+
+  /// hlogk_sparse's columns from its dense_shape [nnzN, S or 2S] (§1.3), once nnz_norm_ is known; sets symmetric_.
+  std::size_t sparse_logk_columns() {
     const auto shape = dense_shape("hlogk_sparse", 2);
     if (static_cast<std::size_t>(shape[0]) != nnz_norm_)
       fail("hlogk_sparse", "has dense_shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "], but its rows are the " +
@@ -313,14 +475,42 @@ class Reader {
     else
       fail("hlogk_sparse", "has dense_shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]; its second extent must be S = " +
                                std::to_string(ns_) + " (symmetric) or 2S = " + std::to_string(2 * ns_) + " (asymmetric), S from hsysts");
-    auto [li, lv] = coo("hlogk_sparse");
-    try {
-      m.sparse = SparseTemplates::from_coo(static_cast<index_t>(nbf_), static_cast<index_t>(np_), static_cast<index_t>(cols), ni.values, nv.values,
-                                           li.values, lv.values);
-    } catch (const model_error& e) {
-      throw file_error("rabbit tensor '" + f_.file_name() + "': " + e.what());
-    }
-    m.symmetric = symmetric_;
+    return cols;
+  }
+
+  /// Reads into li/lv the hlogk_sparse entries of the cells of bins [b0, b1) only, and returns the position of the
+  /// first. rabbit sorts hnorm_sparse by (bin, process) and hlogk_sparse by (i, c) (§1.3), so those cells are the
+  /// hnorm_sparse entries [i0, i1) and their logk entries one run [f0, f1) of hlogk_sparse, found by binary search
+  /// over its column i (O(log nnzK) one-row reads) and read alone. from_coo checks the order of the entries read,
+  /// and each search's last two probes bracket the run's ends; an entry of these cells misplaced outside the run
+  /// (a file not sorted as rabbit sorts it) goes unseen here, but rabbit_partition, which streams all of
+  /// hlogk_sparse, and a full read reject such a file.
+  std::size_t read_held_logk(const std::vector<std::int64_t>& ni, hdf5::Array<std::int64_t>& li, hdf5::Array<double>& lv) const {
+    // The first position in [0, n) whose key is not below `key` where keys are sorted. On any keys it is monotone
+    // in `key` (two searches probe alike until the smaller key turns left and the larger right), so i0 ≤ i1 and
+    // f0 ≤ f1 even in a file that is not sorted.
+    const auto lower_bound = [](std::size_t n, std::int64_t key, const auto& key_at) {
+      std::size_t lo = 0, hi = n;
+      while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        if (key_at(mid) < key)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      return lo;
+    };
+    const auto bin_at = [&](std::size_t k) { return ni[2 * k]; };
+    const std::size_t i0 = lower_bound(nnz_norm_, static_cast<std::int64_t>(b0_), bin_at);
+    const std::size_t i1 = lower_bound(nnz_norm_, static_cast<std::int64_t>(b1_), bin_at);
+    const CooRows rows = coo_rows("hlogk_sparse");
+    const auto cell_at = [&](std::size_t k) { return rows.indices.column(0, k, 1)[0]; };
+    const std::size_t f0 = lower_bound(rows.indices.rows(), static_cast<std::int64_t>(i0), cell_at);
+    const std::size_t f1 = lower_bound(rows.indices.rows(), static_cast<std::int64_t>(i1), cell_at);
+    li = rows.indices.read(f0, f1 - f0);
+    lv = rows.values.read(f0, f1 - f0);
+    check_finite("hlogk_sparse/values", lv.values, rows.values.shape(), f0);
+    return f0;
   }
 
   void read_template_stats(Model& m) {
@@ -541,24 +731,49 @@ class Reader {
 
 };
 
-}  // namespace detail::rabbit
-
-/// Reads a rabbit input tensor from an open file (`sha256` stays empty). Throws `file_error` (or `model_error`)
-/// naming the dataset and the remedy for anything missing, mis-shaped, mis-typed, non-finite or out of range.
-inline RabbitTensor read_rabbit(const hdf5::File& file, const RabbitReadOptions& opts = {}) {
+/// Runs `read` (a Reader's pass over `file`), turning allocation failures into `file_error`s: every large
+/// allocation here is sized by the file.
+template <class F>
+auto guarded(const hdf5::File& file, F&& read) {
   try {
-    return detail::rabbit::Reader(file, opts).read();
-  } catch (const std::bad_alloc&) {  // every large allocation here is sized by the file
+    return read();
+  } catch (const std::bad_alloc&) {
     throw file_error("not enough memory to read rabbit tensor '" + file.file_name() + "'; is the file corrupt, or too large for this machine?");
   } catch (const std::length_error&) {
     throw file_error("rabbit tensor '" + file.file_name() + "' declares arrays too large to hold; the file is corrupt");
   }
 }
 
+}  // namespace detail::rabbit
+
+/// Reads a rabbit input tensor from an open file (`sha256` stays empty). Throws `file_error` (or `model_error`)
+/// naming the dataset and the remedy for anything missing, mis-shaped, mis-typed, non-finite or out of range.
+/// With `opts.bins`, reads the systematic tensor of those bins only (RabbitReadOptions::bins).
+inline RabbitTensor read_rabbit(const hdf5::File& file, const RabbitReadOptions& opts = {}) {
+  return detail::rabbit::guarded(file, [&] { return detail::rabbit::Reader(file, opts).read(); });
+}
+
+/// The bin ranges of `count` parts of the rabbit tensor in `file`, one per MPI rank in rank order, for each rank
+/// to read its own with RabbitReadOptions::bins: exactly partition_bins(model, count) of the model read_rabbit(file)
+/// makes (contiguous ranges covering all Bf bins, about equal work in their unmasked bins, the masked bins joining
+/// the last), found without holding the systematic tensor. A dense tensor's work needs only its shapes; a sparse
+/// one's counts each cell's non-zero hlogk_sparse entries, streaming the indices and values in bounded reads.
+/// Checks what it reads (read_rabbit checks the rest); throws `usage_error` unless 1 ≤ count ≤ the unmasked bins.
+inline std::vector<BinRange> rabbit_partition(const hdf5::File& file, index_t count) {
+  const RabbitReadOptions whole;
+  return detail::rabbit::guarded(file, [&] { return detail::rabbit::Reader(file, whole).partition(count); });
+}
+
+/// rabbit_partition of the tensor at `path`.
+inline std::vector<BinRange> rabbit_partition(const std::string& path, index_t count) {
+  return rabbit_partition(hdf5::File::open(path), count);
+}
+
 /// Reads a rabbit input tensor (rabbit-likelihood-and-format.md §1) into a validated model: dense (hnorm/hlogk) or
 /// sparse (hnorm_sparse/hlogk_sparse), symmetric or asymmetric, with data, template variances, constraint weights,
 /// groups, NOIs and external terms. Without rabbit's `meta` pickle (ignored) the bins form one channel "ch0" of the
-/// unmasked bins and "ch1_masked" of the rest, as rabbit itself does. Records the file's SHA-256.
+/// unmasked bins and "ch1_masked" of the rest, as rabbit itself does. Records the file's SHA-256, which streams
+/// every byte of the file even when `opts.bins` reads part of the tensor (read from an open file to skip it).
 inline RabbitTensor read_rabbit(const std::string& path, const RabbitReadOptions& opts = {}) {
   // The digest streams the whole file once more: on a thread of its own, alongside HDF5's reading.
   auto digest = std::async(std::launch::async, [path] { return sha256_file(path); });

@@ -6,6 +6,8 @@
 #include <array>
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "fitlib/core/concepts.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/device/exchange.hpp"
 #include "fitlib/device/partition.hpp"
 #include "fitlib/device/threads.hpp"
 #include "fitlib/likelihood/bbstat.hpp"
@@ -30,16 +33,21 @@ namespace fitlib {
 /// the Poisson data term with the saturated offset, summed over the shards in shard-index order
 /// (so the result never depends on which shard finished first), plus the terms of the parameters
 /// alone: Gaussian constraints, POI priors and external terms. Models `objective_with_hessian`.
+///
+/// With a policy that spans processes (mpi::Ranks) each process holds the shards of its own bins;
+/// the shards' partials are gathered from every process and summed in the same global shard order
+/// on each, so every process holds the same bits and runs the same minimizer steps (device/mpi.hpp).
 template <class ShardT>
 class Likelihood {
  public:
   using shard_type = ShardT;
   using policy_type = typename ShardT::policy_type;
+  using exchange_type = decltype(exchange_of(std::declval<const policy_type&>()));
 
   /// The likelihood shares the model (the host shards read its templates in place): do not modify
   /// the model while the likelihood lives; observed data go through `set_data`.
   explicit Likelihood(std::shared_ptr<const Model> model, policy_type policy = {}, LikelihoodOptions opts = {})
-      : model_(std::move(model)), opts_(opts) {
+      : model_(std::move(model)), opts_(opts), exchange_(exchange_of(policy)) {
     opts_.validate();
     if (!model_) throw usage_error("Likelihood needs a model, got a null pointer");
     model_->validate();
@@ -60,11 +68,21 @@ class Likelihood {
     variances_ = model_->data_variance.empty() ? model_->data : model_->data_variance;
     const BinByBinStats bb = BinByBinStats::build(*model_, {0, 0}, opts_.bin_by_bin, opts_.data_term);
     bb_per_bin_ = bb.enabled ? bb.per_bin() : 0;
+    if (distributed() && opts_.data_term == DataTerm::covariance)
+      throw usage_error("the covariance data term couples every bin through C⁻¹, which no rank holds alone; fit it in one process "
+                        "(cpu::Threads splits the bins over threads), or use DataTerm::chisq or poisson over MPI ranks");
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
-    for (const BinRange& r : partition_bins(*model_, k)) shards_.emplace_back(model_, r, policy, opts_);
-    partial_.resize(shards_.size());
-    if (const index_t threads = std::min<index_t>(policy.concurrency(), nshards()); threads > 1)
+    const std::vector<BinRange> ranges = partition_bins(*model_, k, exchange_.bins(*model_));
+    if (const index_t threads = std::min<index_t>(policy.concurrency(), static_cast<index_t>(ranges.size())); threads > 1)
       pool_ = detail::PoolHandle(threads - 1);
+    // Each shard is built on the thread that evaluates it, so the pages of what it owns (data,
+    // bin-by-bin state, workspaces) are first touched there, on that thread's memory node; moving
+    // it into place keeps its buffers. Templates are read in place from the model (a copy per
+    // shard would double the largest allocation); over MPI each rank holds only its own.
+    std::vector<std::optional<ShardT>> built(ranges.size());
+    for_each_index(static_cast<index_t>(ranges.size()), [&](std::size_t s) { built[s].emplace(model_, ranges[s], policy, opts_); });
+    for (auto& b : built) shards_.push_back(std::move(*b));
+    gather_layout();
   }
   explicit Likelihood(Model model, policy_type policy = {}, LikelihoodOptions opts = {})
       : Likelihood(std::make_shared<const Model>(std::move(model)), policy, opts) {}
@@ -74,7 +92,12 @@ class Likelihood {
   const std::vector<std::string>& parameter_names() const { return names_; }
   const Model& model() const { return *model_; }
   const LikelihoodOptions& options() const { return opts_; }
+  /// Shards of this process (all of them unless the policy spans processes).
   index_t nshards() const { return static_cast<index_t>(shards_.size()); }
+  /// Shards of every process together.
+  index_t total_shards() const { return total_shards_; }
+  /// The processes the bins are spread over (1 unless mpi::Ranks), and this one's place among them.
+  const exchange_type& exchange() const { return exchange_; }
 
   /// Index of a parameter by name; throws `usage_error` naming it if unknown.
   index_t parameter_index(const std::string& name) const {
@@ -225,6 +248,9 @@ class Likelihood {
   void add_regularizer(std::shared_ptr<Regularizer> r) {
     if (!r) throw usage_error("add_regularizer needs a regularizer, got a null pointer");
     std::vector<double> reference;
+    if (r->needs_observables() && distributed())
+      throw usage_error("regularizer '" + r->name() + "' reads the yields of bins that other MPI ranks hold; add it to a likelihood in one "
+                        "process (cpu::Threads splits the bins over threads), or penalise parameters only over MPI ranks");
     if (r->needs_observables()) {
       const BinRange br = r->observable_bins();
       if (br.begin < 0 || br.end > model_->nbins_full() || br.begin >= br.end)
@@ -269,16 +295,16 @@ class Likelihood {
     const std::span<const index_t> slots = bind_columns(nx);
     for (index_t j = 0; j < nx; ++j) {
       BlockView<double> hj = hess.block_cols(j * n, n);
+      local_.resize(shards_.size() * static_cast<std::size_t>(n * n));
       for_each_shard([&](std::size_t k) {
-        auto& buf = partial_[k].hess;
-        buf.resize(static_cast<std::size_t>(n * n));
         const index_t b0 = data_offset(k);
-        shards_[k].hessian(x, j, k == 0 ? hj : BlockView<double>(buf.data(), n, n),
+        shards_[k].hessian(x, j, BlockView<double>(local_.data() + k * static_cast<std::size_t>(n * n), n, n),
                            coupled ? data_rows(y_, b0, k) : ConstBlockView<double>{},
                            coupled ? BlockView<double>(rows_.data() + b0, shards_[k].ndata(), n, rows_.rows()) : BlockView<double>{},
                            slots.empty() ? 0 : slots[static_cast<std::size_t>(j)]);
       });
-      for (std::size_t k = 1; k < shards_.size(); ++k) add(hj, ConstBlockView<double>(partial_[k].hess.data(), n, n));
+      const double* all = gathered(n * n);
+      for (index_t k = 0; k < total_shards_; ++k) put(hj, ConstBlockView<double>(all + k * n * n, n, n), k == 0);
       if (coupled) covariance_.add_curvature(j, rows_, hj);
     }
     add_global_terms(x, {}, {}, {}, {}, hess);
@@ -299,15 +325,16 @@ class Likelihood {
   }
 
   /// Expected yields ν[b, p] of every bin (masked channels included), `[nbins_full × nprocs]` row-major.
+  /// Over MPI ranks each rank's bins are gathered, so every rank returns all of them.
   std::vector<double> yields(std::span<const double> x) {
     const auto xv = column(x);
-    std::vector<double> nu(static_cast<std::size_t>(model_->nbins_full() * model_->nprocs()));
+    const index_t P = model_->nprocs(), b0 = rank_bins_[static_cast<std::size_t>(exchange_.rank())].begin;
+    std::vector<double> mine(static_cast<std::size_t>(rank_bins_[static_cast<std::size_t>(exchange_.rank())].size() * P));
     for (auto& s : shards_) {
       const BinRange r = s.bins();
-      s.yields(xv, 0, std::span(nu).subspan(static_cast<std::size_t>(r.begin * model_->nprocs()),
-                                            static_cast<std::size_t>(r.size() * model_->nprocs())));
+      s.yields(xv, 0, std::span(mine).subspan(static_cast<std::size_t>((r.begin - b0) * P), static_cast<std::size_t>(r.size() * P)));
     }
-    return nu;
+    return gather_bins(mine, P, model_->nbins_full());
   }
 
   /// Bin-by-bin parameters per data bin: 1 (lite) or nprocs (full); 0 without bin-by-bin statistics.
@@ -321,13 +348,15 @@ class Likelihood {
     const auto xv = column(x);
     const bool coupled = opts_.data_term == DataTerm::covariance;
     if (coupled) solve_coupled(xv, {}, {});
-    std::vector<double> beta(static_cast<std::size_t>(model_->nbins() * per));
+    const index_t first = shards_.empty() ? 0 : data_offset(0);
+    std::vector<double> beta(static_cast<std::size_t>((data_offset(shards_.size() - 1) + shards_.back().ndata() - first) * per));
     for (std::size_t k = 0; k < shards_.size(); ++k) {
       const index_t b0 = data_offset(k);
-      shards_[k].bin_by_bin_parameters(xv, std::span(beta).subspan(static_cast<std::size_t>(b0 * per), static_cast<std::size_t>(shards_[k].ndata() * per)),
-                                       coupled ? data_rows(y_, b0, k) : ConstBlockView<double>{});
+      shards_[k].bin_by_bin_parameters(
+          xv, std::span(beta).subspan(static_cast<std::size_t>((b0 - first) * per), static_cast<std::size_t>(shards_[k].ndata() * per)),
+          coupled ? data_rows(y_, b0, k) : ConstBlockView<double>{});
     }
-    return beta;
+    return gather_bins(beta, per, model_->nbins());
   }
 
   /// Σ_b L_β''(β̂_b)·(dβ̂_b/dx·v_k)² for each column v_k of `v` (`[n × nv]`): the variance that the
@@ -340,6 +369,14 @@ class Likelihood {
       throw usage_error("the bin-by-bin part of global impacts needs a separable data term (Poisson or χ²), not the covariance term");
     require(v.rows == nparams_, "direction block", nparams_, v.cols, v);
     for (auto& s : shards_) s.bin_by_bin_variance(column(x), v, var);
+    if (!distributed()) return var;
+    // Each rank's sum, gathered and added in rank order.
+    std::vector<double> all(var.size() * static_cast<std::size_t>(exchange_.size()));
+    const std::vector<index_t> counts(static_cast<std::size_t>(exchange_.size()), v.cols);
+    exchange_.all_gather(std::span<const double>(var), std::span<double>(all), std::span<const index_t>(counts));
+    for (std::size_t i = 0; i < var.size(); ++i) var[i] = all[i];
+    for (index_t r = 1; r < exchange_.size(); ++r)
+      for (std::size_t i = 0; i < var.size(); ++i) var[i] += all[static_cast<std::size_t>(r) * var.size() + i];
     return var;
   }
 
@@ -361,9 +398,6 @@ class Likelihood {
   }
 
  private:
-  struct Partials {
-    std::vector<double> nll, grad, hvp, hess;
-  };
   /// An external term with its parameter names resolved to indices.
   struct ResolvedTerm {
     const ExternalTerm* term;
@@ -405,7 +439,10 @@ class Likelihood {
   /// buffers, so the outcome does not depend on which finishes first.
   template <class Fn>
   void for_each_shard(Fn&& f) {
-    const auto n = static_cast<index_t>(shards_.size());
+    for_each_index(static_cast<index_t>(shards_.size()), f);
+  }
+  template <class Fn>
+  void for_each_index(index_t n, Fn&& f) {
     if (!pool_) {
       for (index_t k = 0; k < n; ++k) f(static_cast<std::size_t>(k));
       return;
@@ -438,9 +475,58 @@ class Likelihood {
                         std::to_string(rows) + " × " + std::to_string(cols));
   }
 
-  static void add(BlockView<double> to, ConstBlockView<double> from) {
+  /// to = from (the first shard's partials) or to += from (each later one's).
+  static void put(BlockView<double> to, ConstBlockView<double> from, bool first) {
     for (index_t j = 0; j < to.cols; ++j)
-      for (index_t i = 0; i < to.rows; ++i) to(i, j) += from(i, j);
+      for (index_t i = 0; i < to.rows; ++i) to(i, j) = first ? from(i, j) : to(i, j) + from(i, j);
+  }
+
+  bool distributed() const { return exchange_.size() > 1; }
+
+  /// Every process's shard count and bins (the same on each): the layout of the gathered partials.
+  /// The processes' bins must follow one another in process order and cover every bin once.
+  void gather_layout() {
+    const auto np = static_cast<std::size_t>(exchange_.size());
+    const std::array<index_t, 3> mine{nshards(), shards_.front().bins().begin, shards_.back().bins().end};
+    std::vector<index_t> all(3 * np);
+    const std::vector<index_t> counts(np, 3);
+    exchange_.all_gather(std::span<const index_t>(mine), std::span<index_t>(all), std::span<const index_t>(counts));
+    shards_of_rank_.resize(np);
+    rank_bins_.resize(np);
+    total_shards_ = 0;
+    for (std::size_t r = 0; r < np; ++r) {
+      shards_of_rank_[r] = all[3 * r];
+      rank_bins_[r] = {all[3 * r + 1], all[3 * r + 2]};
+      total_shards_ += all[3 * r];
+      const index_t expected = r == 0 ? 0 : rank_bins_[r - 1].end;
+      if (rank_bins_[r].begin != expected || (r + 1 == np && rank_bins_[r].end != model_->nbins_full()))
+        throw usage_error("rank " + std::to_string(r) + " holds bins [" + std::to_string(rank_bins_[r].begin) + ", " +
+                          std::to_string(rank_bins_[r].end) + "), but the ranks' bins must follow one another in rank order and cover all " +
+                          std::to_string(model_->nbins_full()) + " bins: give every rank its part of the same split (io::rabbit_partition)");
+    }
+  }
+
+  /// The rows of every shard's partials (`len` each), this process's in `local_`: itself in one
+  /// process, else gathered from every process in rank (hence shard) order.
+  const double* gathered(index_t len) {
+    if (!distributed()) return local_.data();
+    std::vector<index_t> counts(shards_of_rank_.size());
+    for (std::size_t r = 0; r < counts.size(); ++r) counts[r] = shards_of_rank_[r] * len;
+    all_.resize(static_cast<std::size_t>(total_shards_ * len));
+    exchange_.all_gather(std::span<const double>(local_.data(), shards_.size() * static_cast<std::size_t>(len)), std::span<double>(all_),
+                         std::span<const index_t>(counts));
+    return all_.data();
+  }
+
+  /// Per-bin rows (`width` values per bin) of this process's bins, of the first `limit` bins
+  /// (all bins, or the data bins), joined with every other process's in bin order.
+  std::vector<double> gather_bins(std::vector<double> mine, index_t width, index_t limit) const {
+    if (!distributed()) return mine;
+    std::vector<index_t> counts;
+    for (const BinRange& b : rank_bins_) counts.push_back((std::min(b.end, limit) - std::min(b.begin, limit)) * width);
+    std::vector<double> all(static_cast<std::size_t>(limit * width));
+    exchange_.all_gather(std::span<const double>(mine), std::span<double>(all), std::span<const index_t>(counts));
+    return all;
   }
 
   void evaluate(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f, BlockView<double> g,
@@ -459,11 +545,14 @@ class Likelihood {
     if (coupled) solve_coupled(x, v, f);
     // The coupled term's value comes from solve_coupled: its backward pass only serves derivatives.
     const bool backward = !coupled || !g.empty() || nv > 0;
-    // Shard 0 writes straight into the outputs, the others into their buffers (concurrently where
-    // the policy has threads); then the buffers are added in shard order.
-    if (backward)
+    // Each shard writes its partials, [values | gradients | HVPs], into its row of a block
+    // (concurrently where the policy has threads); the rows of every shard, gathered from every
+    // process, are then added in shard order.
+    if (backward) {
+      const index_t at_g = f.empty() || coupled ? 0 : nx, at_hv = at_g + (g.empty() ? 0 : n * nx), len = at_hv + n * nv;
+      local_.resize(shards_.size() * static_cast<std::size_t>(len));
       for_each_shard([&](std::size_t k) {
-        Partials& p = partial_[k];
+        double* row = local_.data() + k * static_cast<std::size_t>(len);
         PartialRequest rq;
         rq.x = x;
         rq.v = v;
@@ -472,16 +561,18 @@ class Likelihood {
           rq.coupled_y = data_rows(y_, data_offset(k), k);
           if (nv > 0) rq.coupled_z = data_rows(z_, data_offset(k), k);
         }
-        if (!f.empty() && !coupled) rq.nll = k == 0 ? f.data() : sized(p.nll, nx);
-        if (!g.empty()) rq.grad = k == 0 ? g : BlockView<double>(sized(p.grad, n * nx), n, nx);
-        if (nv > 0) rq.hvp = k == 0 ? hv : BlockView<double>(sized(p.hvp, n * nv), n, nv);
+        if (at_g > 0) rq.nll = row;
+        if (!g.empty()) rq.grad = BlockView<double>(row + at_g, n, nx);
+        if (nv > 0) rq.hvp = BlockView<double>(row + at_hv, n, nv);
         shards_[k].partials(rq);
       });
-    for (std::size_t k = 1; k < shards_.size() && backward; ++k) {
-      const Partials& p = partial_[k];
-      if (!f.empty() && !coupled) add(BlockView<double>(f.data(), 1, nx), ConstBlockView<double>(p.nll.data(), 1, nx));
-      if (!g.empty()) add(g, ConstBlockView<double>(p.grad.data(), n, nx));
-      if (nv > 0) add(hv, ConstBlockView<double>(p.hvp.data(), n, nv));
+      const double* all = gathered(len);
+      for (index_t k = 0; k < total_shards_; ++k) {
+        const double* row = all + k * len;
+        if (at_g > 0) put(BlockView<double>(f.data(), 1, nx), ConstBlockView<double>(row, 1, nx), k == 0);
+        if (!g.empty()) put(g, ConstBlockView<double>(row + at_g, n, nx), k == 0);
+        if (nv > 0) put(hv, ConstBlockView<double>(row + at_hv, n, nv), k == 0);
+      }
     }
     add_global_terms(x, v, f, g, hv, {});
     add_regularizers(0, regularizers_.size(), x, v, f, g, hv);
@@ -703,11 +794,6 @@ class Likelihood {
     return {model_->poi_prior_weights[static_cast<std::size_t>(q)], r.r - model_->poi_prior_centres[static_cast<std::size_t>(q)], r.dr, r.d2r};
   }
 
-  static double* sized(std::vector<double>& buf, index_t n) {
-    if (static_cast<index_t>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));
-    return buf.data();
-  }
-
   std::shared_ptr<const Model> model_;
   LikelihoodOptions opts_;
   index_t nparams_ = 0, npoi_ = 0;
@@ -715,8 +801,12 @@ class Likelihood {
   std::vector<std::string> names_;
   std::vector<double> theta0_;  ///< constraint centres, the model's unless replaced
   std::vector<ResolvedTerm> external_;
+  exchange_type exchange_;
   std::vector<ShardT> shards_;
-  std::vector<Partials> partial_;
+  std::vector<index_t> shards_of_rank_;  ///< every process's shard count, in rank order
+  std::vector<BinRange> rank_bins_;      ///< every process's bins, in rank order
+  index_t total_shards_ = 0;
+  std::vector<double> local_, all_;      ///< this process's shards' partials; every shard's, gathered
   detail::PoolHandle pool_;  ///< the policy's threads beyond the caller's (a copy gets its own); none on one thread
   std::vector<double> counts_, variances_;  ///< the observed counts and variances of set_data
   std::vector<ReplicaInputs> replicas_;

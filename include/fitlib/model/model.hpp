@@ -98,6 +98,12 @@ struct Model {
   /// The same tensor in rabbit's sparse form (§1.3), for models too large to store densely;
   /// evaluated by storage::Sparse shards.
   std::optional<SparseTemplates> sparse;
+  /// The bins whose systematic-tensor rows the model holds, or empty: all of them. A model read for
+  /// one rank of an MPI fit (io::RabbitReadOptions::bins) holds only its own bins' rows, so no rank
+  /// holds the whole tensor: dense `logk` then has `logk_bins->size() × nprocs × ncoef` entries (the
+  /// rows of those bins), and sparse cells outside them have empty rows (absent, not zero). Nominal
+  /// yields, data and template variances (`[bins × procs]` at most) are always held whole.
+  std::optional<BinRange> logk_bins;
   std::vector<double> data;               ///< observed counts n[b] of the unmasked bins, `[nbins]`
   /// Variances of the observed counts (rabbit's hdata_var), `[nbins]`, or empty = the counts
   /// themselves. Used by the χ² data term only.
@@ -137,9 +143,19 @@ struct Model {
   index_t nparams() const { return npoi() + nsyst(); }
   /// N[b, p] densely, `[nbins_full × nprocs]`, whichever way the templates are stored.
   std::vector<double> nominal_yields() const { return sparse ? sparse->dense_nominal() : nominal; }
+  /// The bins whose systematic-tensor rows the model holds (see logk_bins).
+  BinRange held_bins() const { return logk_bins ? *logk_bins : BinRange{0, nbins_full()}; }
+  /// Throws unless the model holds the systematic tensor of every bin, naming `what` needs it.
+  void require_whole_tensor(const std::string& what) const {
+    if (logk_bins && *logk_bins != BinRange{0, nbins_full()})
+      throw usage_error(what + " needs the systematic tensor of every bin, but this model holds bins [" + std::to_string(logk_bins->begin) +
+                        ", " + std::to_string(logk_bins->end) + ") only (read for one MPI rank); read the whole file (io::read_rabbit without RabbitReadOptions::bins)");
+  }
+
   /// Moves the dense templates into `sparse` (only non-zero cells and entries are kept).
   void make_sparse() {
     if (sparse) return;
+    require_whole_tensor("Model::make_sparse");
     sparse = SparseTemplates::from_dense(nbins_full(), nprocs(), ncoef(), nominal, logk);
     nominal = {};
     logk = {};
@@ -229,6 +245,10 @@ inline void Model::validate() const {
   if (nbins() == 0) throw model_error("every channel is masked; at least one channel must enter the data term");
 
   const index_t bf = nbins_full(), np = nprocs(), ns = nsyst(), nc = ncoef();
+  const BinRange held = held_bins();
+  if (held.begin < 0 || held.end > bf || held.begin > held.end)
+    throw model_error("Model::logk_bins is [" + std::to_string(held.begin) + ", " + std::to_string(held.end) + "), outside the model's " +
+                      std::to_string(bf) + " bins");
   std::vector<bool> varies(static_cast<std::size_t>(ns), false);  // does systematic s change any unmasked yield?
   const auto cell = [&](index_t b, index_t p) { return "process '" + processes[static_cast<std::size_t>(p)].name + "' in " + describe_bin(b); };
   const auto check_nominal = [&](index_t b, index_t p, double n) {
@@ -247,17 +267,23 @@ inline void Model::validate() const {
     for (index_t b = 0; b < bf; ++b)
       for (index_t i = sparse->bin_begin[static_cast<std::size_t>(b)]; i < sparse->bin_begin[static_cast<std::size_t>(b + 1)]; ++i) {
         check_nominal(b, sparse->cell_process[static_cast<std::size_t>(i)], sparse->cell_nominal[static_cast<std::size_t>(i)]);
+        if ((b < held.begin || b >= held.end) && sparse->row_begin[static_cast<std::size_t>(i)] != sparse->row_begin[static_cast<std::size_t>(i + 1)])
+          throw model_error("sparse templates store logk entries for " + describe_bin(b) + ", outside Model::logk_bins [" +
+                            std::to_string(held.begin) + ", " + std::to_string(held.end) + "); the rows of bins not held must be empty");
         for (index_t k = sparse->row_begin[static_cast<std::size_t>(i)]; k < sparse->row_begin[static_cast<std::size_t>(i + 1)] && b < nbins(); ++k)
           varies[static_cast<std::size_t>(sparse->col[static_cast<std::size_t>(k)] % ns)] = true;
       }
   } else {
     detail::require_size(nominal.size(), bf * np, "nominal", "nbins_full × nprocs");
-    detail::require_size(logk.size(), bf * np * nc, "logk", symmetric ? "nbins_full × nprocs × nsyst" : "nbins_full × nprocs × 2 × nsyst");
+    const std::string rows = logk_bins ? "logk_bins" : "nbins_full";
+    detail::require_size(logk.size(), held.size() * np * nc, "logk",
+                         (rows + (symmetric ? " × nprocs × nsyst" : " × nprocs × 2 × nsyst")).c_str());
     for (index_t b = 0; b < bf; ++b) {
       for (index_t p = 0; p < np; ++p) {
         const double n = nominal[static_cast<std::size_t>(b * np + p)];
         check_nominal(b, p, n);
-        const double* row = logk.data() + (b * np + p) * nc;
+        if (b < held.begin || b >= held.end) continue;
+        const double* row = logk.data() + ((b - held.begin) * np + p) * nc;
         for (index_t k = 0; k < nc; ++k) {
           const auto& syst = systematics[static_cast<std::size_t>(k % ns)].name;
           const char* part = k < ns ? "" : " (asymmetric half-difference)";
@@ -320,7 +346,8 @@ inline void Model::validate() const {
                         "; use a finite weight ≥ 0 (0 = unconstrained)");
     if (!std::isfinite(theta0[static_cast<std::size_t>(s)]))
       throw model_error("constraint centre of systematic '" + name + "' is not finite");
-    if (w == 0 && !varies[static_cast<std::size_t>(s)])
+    // A model holding part of the tensor cannot see every bin (mpi::Ranks checks this across ranks).
+    if (w == 0 && !varies[static_cast<std::size_t>(s)] && !logk_bins)
       throw model_error("systematic '" + name + "' is unconstrained but varies no fitted bin, so the data cannot determine it; "
                         "book a variation for it, constrain it, or drop it");
   }

@@ -41,10 +41,12 @@ struct SparseTemplates {
   /// From rabbit's COO datasets (§1.3): `hnorm_sparse/indices` `[nnzN × 2]` rows (bin, process) flattened
   /// row-major with `hnorm_sparse/values` `[nnzN]`; `hlogk_sparse/indices` `[nnzK × 2]` rows (i, c), where i is
   /// a position in hnorm_sparse, with `hlogk_sparse/values` `[nnzK]`. The extents are the dense shapes.
-  /// Throws `model_error` naming the dataset, the entry and the remedy.
+  /// The logk entries may be a contiguous part of hlogk_sparse starting at entry `logk_first` (the entries of some
+  /// bins' cells, io::RabbitReadOptions::bins): the other cells then have empty rows, and messages number entries
+  /// as in the file. Throws `model_error` naming the dataset, the entry and the remedy.
   static SparseTemplates from_coo(index_t nbins_full, index_t nprocs, index_t ncoef, std::span<const std::int64_t> norm_indices,
                                   std::span<const double> norm_values, std::span<const std::int64_t> logk_indices,
-                                  std::span<const double> logk_values);
+                                  std::span<const double> logk_values, index_t logk_first = 0);
 
   /// From dense arrays in `Model`'s layout (nominal `[nbins_full × nprocs]`, logk `[nbins_full × nprocs × ncoef]`,
   /// row-major): keeps the non-zero nominal cells and their non-zero logk entries. Throws `model_error` for a
@@ -109,7 +111,8 @@ inline void require_shape(index_t nbins_full, index_t nprocs, index_t ncoef, con
 
 inline SparseTemplates SparseTemplates::from_coo(index_t nbins_full, index_t nprocs, index_t ncoef,
                                                  std::span<const std::int64_t> norm_indices, std::span<const double> norm_values,
-                                                 std::span<const std::int64_t> logk_indices, std::span<const double> logk_values) {
+                                                 std::span<const std::int64_t> logk_indices, std::span<const double> logk_values,
+                                                 index_t logk_first) {
   using detail::sparse::number;
   using detail::sparse::shape;
   detail::sparse::require_shape(nbins_full, nprocs, ncoef, "hnorm_sparse/hlogk_sparse");
@@ -164,7 +167,7 @@ inline SparseTemplates SparseTemplates::from_coo(index_t nbins_full, index_t npr
   for (index_t k = 0; k < nnz_logk; ++k) {
     const std::int64_t i = logk_indices[static_cast<std::size_t>(2 * k)], c = logk_indices[static_cast<std::size_t>(2 * k + 1)];
     const auto entry = [&] {
-      return "hlogk_sparse entry " + std::to_string(k) + " (cell " + std::to_string(i) + ", coefficient " + std::to_string(c) + ")";
+      return "hlogk_sparse entry " + std::to_string(logk_first + k) + " (cell " + std::to_string(i) + ", coefficient " + std::to_string(c) + ")";
     };
     if (i < 0 || i >= nnz_norm)
       throw model_error("hlogk_sparse/indices: " + entry() + " refers to hnorm_sparse entry " + std::to_string(i) +

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: MIT
+// mpi::Ranks<Inner>: the bins split over the ranks of an MPI communicator, each rank evaluating its own with Inner.
+#pragma once
+
+// MPI's C API only: the deprecated C++ bindings some MPI headers pull in do not build warning-free.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <climits>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fitlib/core/error.hpp"
+#include "fitlib/core/types.hpp"
+#include "fitlib/device/partition.hpp"
+#include "fitlib/device/serial.hpp"
+#include "fitlib/model/model.hpp"
+
+namespace fitlib::mpi {
+
+/// MPI for the lifetime of the object: initialised unless it already is, finalised by whoever
+/// initialised it. Only the thread that calls the likelihood talks to MPI (its shard threads never
+/// do), so MPI_THREAD_FUNNELED is all it asks for.
+class Session {
+ public:
+  Session(int* argc = nullptr, char*** argv = nullptr) {
+    int ready = 0;
+    MPI_Initialized(&ready);
+    if (ready) return;
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) throw usage_error("MPI_Init_thread failed");
+    owner_ = true;
+  }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  ~Session() {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (owner_ && !done) MPI_Finalize();
+  }
+
+ private:
+  bool owner_ = false;
+};
+
+/// A communicator's rank and size.
+inline index_t rank_of(MPI_Comm comm) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+inline index_t size_of(MPI_Comm comm) {
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+
+/// The ranks of `comm` (MPI must be initialised, e.g. by a Session): each holds a contiguous range
+/// of the bins and evaluates it with `inner` (cpu::Serial, or cpu::Threads for shards on its
+/// threads). Every rank runs the same program on the same inputs: the likelihood gathers every
+/// shard's partials onto every rank and sums them in shard order, so each rank holds the same bits
+/// and its minimizer takes the same steps, with no step to broadcast (docs/likelihood.md, "MPI").
+template <class Inner = cpu::Serial>
+struct Ranks {
+  Inner inner{};
+  MPI_Comm comm = MPI_COMM_WORLD;
+  /// Shards this rank runs concurrently (its inner policy's).
+  index_t concurrency() const { return inner.concurrency(); }
+  index_t rank() const { return rank_of(comm); }
+  index_t size() const { return size_of(comm); }
+};
+
+namespace detail {
+template <class T>
+MPI_Datatype datatype();
+template <>
+inline MPI_Datatype datatype<double>() {
+  return MPI_DOUBLE;
+}
+template <>
+inline MPI_Datatype datatype<index_t>() {
+  static_assert(sizeof(index_t) == sizeof(std::int64_t));
+  return MPI_INT64_T;
+}
+}  // namespace detail
+
+/// The ranks of a communicator as a likelihood sees them: which bins this rank evaluates, and the
+/// all-gather that brings every rank's partials to every rank in rank order (MPI_Allgatherv: its
+/// result is the concatenation, whatever the network did, so the sums after it are deterministic).
+class Exchange {
+ public:
+  explicit Exchange(MPI_Comm comm) : comm_(comm), rank_(rank_of(comm)), size_(size_of(comm)) {}
+  index_t rank() const { return rank_; }
+  index_t size() const { return size_; }
+  /// This rank's bins: those its model holds when it was read for this rank (Model::logk_bins),
+  /// else its part of partition_bins over the ranks.
+  BinRange bins(const Model& m) const {
+    if (m.logk_bins) return *m.logk_bins;
+    return partition_bins(m, size_)[static_cast<std::size_t>(rank_)];
+  }
+  template <class T>
+  void all_gather(std::span<const T> mine, std::span<T> out, std::span<const index_t> counts) const {
+    std::vector<int> n(counts.size()), at(counts.size());
+    index_t offset = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      if (counts[r] > INT_MAX || offset > INT_MAX)
+        throw usage_error("an MPI all-gather of " + std::to_string(offset + counts[r]) + " values exceeds MPI's int counts; use fewer parameters per rank");
+      n[r] = static_cast<int>(counts[r]);
+      at[r] = static_cast<int>(offset);
+      offset += counts[r];
+    }
+    if (static_cast<index_t>(mine.size()) != counts[static_cast<std::size_t>(rank_)] || static_cast<index_t>(out.size()) < offset)
+      throw usage_error("MPI all-gather: this rank sends " + std::to_string(mine.size()) + " values but its count is " +
+                        std::to_string(counts[static_cast<std::size_t>(rank_)]));
+    MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), detail::datatype<T>(), out.data(), n.data(), at.data(), detail::datatype<T>(), comm_);
+  }
+
+ private:
+  MPI_Comm comm_;
+  index_t rank_, size_;
+};
+
+template <class Inner>
+Exchange exchange_of(const Ranks<Inner>& r) {
+  return Exchange(r.comm);
+}
+
+}  // namespace fitlib::mpi
+
+namespace fitlib::cpu {
+/// Each rank's shards run on the host when its inner policy's do.
+template <class Inner>
+inline constexpr bool is_host_policy_v<mpi::Ranks<Inner>> = is_host_policy_v<Inner>;
+}  // namespace fitlib::cpu

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: MIT
+// mpi::Ranks: the bins split over MPI ranks give the one-process answer; run under mpirun with 2 or 3 ranks.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fitlib/device/mpi.hpp"
+#include "fitlib/device/threads.hpp"
+#include "fitlib/fit.hpp"
+#include "fitlib/io/rabbit.hpp"
+#include "random_model.hpp"
+#include "shard_checks.hpp"
+
+using namespace fitlib;
+using test::everything;
+using test::same_bits;
+using test::sharded_model;
+using test::worst_relative;
+
+namespace {
+
+using RankLikelihood = Likelihood<Shard<mpi::Ranks<cpu::Serial>, storage::Dense>>;
+using ThreadedRankLikelihood = Likelihood<Shard<mpi::Ranks<cpu::Threads>, storage::Dense>>;
+using SparseRankLikelihood = Likelihood<Shard<mpi::Ranks<cpu::Threads>, storage::Sparse>>;
+
+index_t ranks() { return mpi::size_of(MPI_COMM_WORLD); }
+index_t rank() { return mpi::rank_of(MPI_COMM_WORLD); }
+
+/// The same vector on every rank, bit for bit.
+bool same_on_every_rank(const std::vector<double>& v) {
+  const auto n = static_cast<int>(v.size());
+  std::vector<double> all(v.size() * static_cast<std::size_t>(ranks()));
+  MPI_Allgather(v.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD);
+  for (index_t r = 1; r < ranks(); ++r)
+    if (!same_bits(std::vector<double>(all.begin() + r * n, all.begin() + (r + 1) * n), v)) return false;
+  return true;
+}
+
+std::string data_file(const std::string& name) { return std::string(FITLIB_TEST_DATA_DIR) + "/rabbit/" + name; }
+
+}  // namespace
+
+TEST_CASE("mpi: ranks equal the serial shards bitwise and one shard to 1e-12, on every rank", "[mpi]") {
+  const Model m = sharded_model();
+  for (DataTerm term : {DataTerm::poisson, DataTerm::chisq}) {
+    LikelihoodOptions lo;
+    lo.data_term = term;
+    RankLikelihood ranked(m, {}, lo);
+    REQUIRE(ranked.total_shards() == ranks());
+    REQUIRE(ranked.exchange().size() == ranks());
+    LikelihoodOptions serial_shards = lo;
+    serial_shards.shards = ranks();
+    SerialLikelihood serial(m, {}, serial_shards), one(m, {}, lo);
+    const auto r = everything(ranked);
+    INFO("data term " << static_cast<int>(term) << ", " << ranks() << " ranks, rank " << rank());
+    CHECK(same_bits(r, everything(serial)));  // the same shards, summed in the same order
+    CHECK(same_bits(r, everything(ranked)));  // run after run
+    CHECK(same_on_every_rank(r));
+    CHECK(worst_relative(r, everything(one)) < 1e-12);
+
+    // Threads inside each rank: two shards per rank.
+    ThreadedRankLikelihood threaded(m, {cpu::Threads{2}}, lo);
+    REQUIRE(threaded.total_shards() == 2 * ranks());
+    const auto t = everything(threaded);
+    CHECK(same_on_every_rank(t));
+    CHECK(worst_relative(t, everything(one)) < 1e-12);
+  }
+}
+
+TEST_CASE("mpi: fits, yields, profiled β, global impacts and replica batches over ranks", "[mpi]") {
+  const Model m = sharded_model();
+  ThreadedRankLikelihood ranked(m, {cpu::Threads{2}});
+  SerialLikelihood one(m);
+  const TrustRegion<Gltr> minimizer;
+  const FitResult a = fit(ranked, minimizer), b = fit(one, minimizer);
+  REQUIRE(converged(a.status));
+  CHECK(same_on_every_rank(a.x));
+  CHECK(same_on_every_rank(a.covariance));
+  // Other shards round differently; the minimizer's path carries that to ~1e-10 in x, and the
+  // Hessian's conditioning to ~1e-9 in the covariance.
+  CHECK(worst_relative(a.x, b.x) < 1e-9);
+  CHECK(worst_relative(a.covariance, b.covariance) < 1e-8);
+  CHECK(a.iterations == b.iterations);
+  {  // The same shards in one process: the same fit, bit for bit.
+    RankLikelihood one_per_rank(m);
+    LikelihoodOptions lo;
+    lo.shards = ranks();
+    SerialLikelihood serial(m, {}, lo);
+    const FitResult c = fit(one_per_rank, minimizer), d = fit(serial, minimizer);
+    CHECK(same_bits(c.x, d.x));
+    CHECK(same_bits(c.covariance, d.covariance));
+  }
+
+  CHECK(same_bits(ranked.yields(a.x), one.yields(a.x)));  // per-bin values, gathered in bin order
+  CHECK(same_bits(ranked.bin_by_bin_parameters(a.x), one.bin_by_bin_parameters(a.x)));
+  const Impacts ga = global_impacts(ranked, a), gb = global_impacts(one, a);
+  CHECK(worst_relative(ga.grouped, gb.grouped) < 1e-9);
+
+  std::vector<ReplicaInputs> toys;
+  for (int i = 1; i <= 5; ++i) toys.emplace_back().data = generate_toy(one, 3, static_cast<std::uint64_t>(i)).data;
+  ranked.set_replicas(toys);
+  one.set_replicas(toys);
+  const std::vector<FitOptions> opts(toys.size());
+  const BatchResult br = ReplicaBatch<3>().fit(ranked, minimizer, opts), bo = ReplicaBatch<3>().fit(one, minimizer, opts);
+  for (std::size_t r = 0; r < toys.size(); ++r) {
+    CHECK(same_on_every_rank(br.replicas[r].x));
+    CHECK(worst_relative(br.replicas[r].x, bo.replicas[r].x) < 1e-9);
+  }
+}
+
+TEST_CASE("mpi: each rank reads only its bins of a rabbit tensor, and the fit is the whole file's", "[mpi]") {
+  for (const char* name : {"test_tensor.hdf5", "test_tensor_symmetric.hdf5", "test_tensor_sparse.hdf5"}) {
+    INFO(name << ", rank " << rank() << " of " << ranks());
+    const std::string path = data_file(name);
+    const io::RabbitTensor whole = io::read_rabbit(path);
+    const std::vector<BinRange> parts = io::rabbit_partition(path, ranks());
+    io::RabbitReadOptions ro;
+    ro.bins = parts[static_cast<std::size_t>(rank())];
+    const io::RabbitTensor mine = io::read_rabbit(path, ro);
+    REQUIRE(mine.model.held_bins() == parts[static_cast<std::size_t>(rank())]);
+    if (!whole.sparse) CHECK(mine.model.logk.size() * static_cast<std::size_t>(whole.model.nbins_full()) ==
+                             whole.model.logk.size() * static_cast<std::size_t>(ro.bins->size()));
+    const TrustRegion<Gltr> minimizer;
+    FitResult a, b;
+    if (whole.sparse) {
+      SparseRankLikelihood ranked(mine.model, {cpu::Threads{2}});
+      SparseSerialLikelihood one(whole.model);
+      a = fit(ranked, minimizer);
+      b = fit(one, minimizer);
+    } else {
+      ThreadedRankLikelihood ranked(mine.model, {cpu::Threads{2}});
+      SerialLikelihood one(whole.model);
+      a = fit(ranked, minimizer);
+      b = fit(one, minimizer);
+    }
+    CHECK(a.status == b.status);
+    CHECK(same_on_every_rank(a.x));
+    CHECK(worst_relative(a.x, b.x) < 1e-9);
+    CHECK(worst_relative(a.covariance, b.covariance) < 1e-8);
+  }
+}
+
+TEST_CASE("mpi: what needs every bin in one place is refused before any fit, naming the remedy", "[mpi]") {
+  if (ranks() < 2) return;  // one rank holds every bin
+  const Model m = sharded_model();
+  LikelihoodOptions cov;
+  cov.data_term = DataTerm::covariance;
+  CHECK_THROWS_WITH(RankLikelihood(m, {}, cov), Catch::Contains("covariance data term") && Catch::Contains("cpu::Threads"));
+  RankLikelihood ranked(m);
+  CHECK_THROWS_WITH(ranked.add_regularizer(std::make_shared<SvdRegularizer>("svd", BinRange{0, 12}, std::vector<index_t>{12}, 0.0)),
+                    Catch::Contains("svd") && Catch::Contains("other MPI ranks"));
+  // A penalty on parameters alone works over ranks.
+  ranked.add_regularizer(std::make_shared<SmoothnessPrior>("smooth", std::vector<std::string>{ranked.parameter_names()[1], ranked.parameter_names()[2]}, 0.5));
+  SerialLikelihood one(m);
+  one.add_regularizer(std::make_shared<SmoothnessPrior>("smooth", std::vector<std::string>{one.parameter_names()[1], one.parameter_names()[2]}, 0.5));
+  CHECK(worst_relative(everything(ranked), everything(one)) < 1e-12);
+  // A model read for one rank cannot be fitted in one process.
+  const std::string path = data_file("test_tensor.hdf5");
+  io::RabbitReadOptions ro;
+  ro.bins = io::rabbit_partition(path, ranks())[static_cast<std::size_t>(rank())];
+  CHECK_THROWS_WITH(SerialLikelihood(io::read_rabbit(path, ro).model), Catch::Contains("mpi::Ranks"));
+}
+
+int main(int argc, char** argv) {
+  const mpi::Session session(&argc, &argv);
+  if (rank() == 0) std::printf("test_mpi: %td ranks\n", ranks());
+  return Catch::Session().run(argc, argv);
+}
