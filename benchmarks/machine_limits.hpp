@@ -12,6 +12,7 @@
 
 #include <fitlib/config.hpp>
 #include <fitlib/core/types.hpp>
+#include <fitlib/device/threads.hpp>
 
 namespace fitlib::bench {
 
@@ -35,6 +36,29 @@ inline double triad_bandwidth() {
     return 3.0 * 8.0 * static_cast<double>(n) / best;
   }();
   return bw;
+}
+
+/// The same triad on k threads (a fork-join pool), each over its own part of the arrays, best of 5.
+inline double triad_bandwidth_on(index_t k) {
+  const std::size_t n = std::size_t{1} << 25;
+  std::vector<double> a(n, 0.0), b(n, 1.0), c(n, 2.0);
+  const auto part = [&](index_t t) {
+    const auto kk = static_cast<std::size_t>(k), tt = static_cast<std::size_t>(t);
+    double* FITLIB_RESTRICT pa = a.data();
+    const double* FITLIB_RESTRICT pb = b.data();
+    const double* FITLIB_RESTRICT pc = c.data();
+    for (std::size_t i = n * tt / kk; i < n * (tt + 1) / kk; ++i) pa[i] = pb[i] + 3.0 * pc[i];
+    benchmark::DoNotOptimize(pa);
+  };
+  fitlib::detail::ForkJoinPool pool(k - 1);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.run(k, part);
+    benchmark::ClobberMemory();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 3.0 * 8.0 * static_cast<double>(n) / best;
 }
 
 /// Eigen DGEMM on 1536² matrices, best of 3 (flops = 2·n³).

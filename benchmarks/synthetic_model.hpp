@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <fitlib/fit.hpp>
@@ -36,8 +37,10 @@ inline double hash_uniform(std::uint64_t i) {
 }
 
 /// One signal and procs−1 backgrounds, log-normal variations of a few per cent, all constrained;
-/// dense, or sparse with a fraction `density` of the variations non-zero.
-inline std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c) {
+/// dense, or sparse with a fraction `density` of the variations non-zero. `held` (dense only): the
+/// model holds the template rows of these bins only (Model::logk_bins), as one MPI rank would; the
+/// entries are those of the whole model.
+inline std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c, std::optional<fitlib::BinRange> held = {}) {
   auto m = std::make_shared<fitlib::Model>();
   m->channels.push_back({"ch", c.bins, false});
   for (index_t p = 0; p < c.procs; ++p) m->processes.push_back({std::string("p").append(std::to_string(p)), p == 0});
@@ -69,8 +72,11 @@ inline std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c) {
     }
     m->sparse = std::move(t);
   } else {
-    m->logk.resize(static_cast<std::size_t>(cells * nc));
-    for (std::size_t i = 0; i < m->logk.size(); ++i) m->logk[i] = 0.02 * hash_uniform(i + 0x1234567ULL);
+    const fitlib::BinRange rows = held ? *held : fitlib::BinRange{0, c.bins};
+    const auto first = static_cast<std::uint64_t>(rows.begin * c.procs * nc);
+    m->logk.resize(static_cast<std::size_t>(rows.size() * c.procs * nc));
+    for (std::size_t i = 0; i < m->logk.size(); ++i) m->logk[i] = 0.02 * hash_uniform(first + i + 0x1234567ULL);
+    m->logk_bins = held;
   }
   if (c.bin_by_bin) {
     m->sumw2.resize(static_cast<std::size_t>(cells));

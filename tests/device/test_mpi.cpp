@@ -3,6 +3,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -139,6 +140,12 @@ TEST_CASE("mpi: each rank reads only its bins of a rabbit tensor, and the fit is
     }
     CHECK(a.status == b.status);
     CHECK(same_on_every_rank(a.x));
+    // The full-NLL constant and the saturated GoF need every bin's data and template variances, which
+    // every rank holds whole.
+    const LikelihoodOptions lo;
+    CHECK(nll_constant(mine.model, lo, mine.model.data) == nll_constant(whole.model, lo, whole.model.data));
+    CHECK(saturated_gof(mine.model, a).ndf == saturated_gof(whole.model, b).ndf);
+    CHECK(std::abs(saturated_gof(mine.model, a).chi2 - saturated_gof(whole.model, b).chi2) < 1e-9 * saturated_gof(whole.model, b).chi2);
     CHECK(worst_relative(a.x, b.x) < 1e-9);
     CHECK(worst_relative(a.covariance, b.covariance) < 1e-8);
   }

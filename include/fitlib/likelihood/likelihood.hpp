@@ -348,7 +348,8 @@ class Likelihood {
     const auto xv = column(x);
     const bool coupled = opts_.data_term == DataTerm::covariance;
     if (coupled) solve_coupled(xv, {}, {});
-    const index_t first = shards_.empty() ? 0 : data_offset(0);
+    // This process's data bins, [first, last data bin of its last shard).
+    const index_t first = data_offset(0);
     std::vector<double> beta(static_cast<std::size_t>((data_offset(shards_.size() - 1) + shards_.back().ndata() - first) * per));
     for (std::size_t k = 0; k < shards_.size(); ++k) {
       const index_t b0 = data_offset(k);
