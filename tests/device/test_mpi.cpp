@@ -172,6 +172,31 @@ TEST_CASE("mpi: what needs every bin in one place is refused before any fit, nam
   CHECK_THROWS_WITH(SerialLikelihood(io::read_rabbit(path, ro).model), Catch::Contains("mpi::Ranks"));
 }
 
+TEST_CASE("mpi: an unconstrained systematic must vary a fitted bin on some rank", "[mpi]") {
+  Model m = sharded_model();
+  const std::vector<BinRange> parts = partition_bins(m, ranks());
+  const BinRange mine = parts[static_cast<std::size_t>(rank())];
+  const index_t P = m.nprocs(), nc = m.ncoef(), ns = m.nsyst();
+  // This rank's part of a model, as a rank reading its bins would hold it.
+  const auto slice = [&](const Model& whole) {
+    Model s = whole;
+    s.logk.assign(whole.logk.begin() + mine.begin * P * nc, whole.logk.begin() + mine.end * P * nc);
+    s.logk_bins = mine;
+    return s;
+  };
+  // Systematic 0, unconstrained, varies the last rank's bins only: determined, though most ranks see no variation.
+  m.constraint_weights[0] = 0;
+  const auto vary_from = [&](index_t first) {
+    for (index_t b = 0; b < m.nbins_full(); ++b)
+      for (index_t k = 0; k < P * nc; ++k)
+        if (k % nc % ns == 0 && b < first) m.logk[static_cast<std::size_t>(b * P * nc + k)] = 0;
+  };
+  vary_from(parts.back().begin);
+  CHECK_NOTHROW(RankLikelihood(slice(m)));
+  vary_from(m.nbins_full());  // now it varies nothing
+  CHECK_THROWS_WITH(RankLikelihood(slice(m)), Catch::Contains("unconstrained but varies no fitted bin"));
+}
+
 int main(int argc, char** argv) {
   const mpi::Session session(&argc, &argv);
   if (rank() == 0) std::printf("test_mpi: %td ranks\n", ranks());

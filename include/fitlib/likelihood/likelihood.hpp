@@ -83,6 +83,14 @@ class Likelihood {
     for_each_index(static_cast<index_t>(ranges.size()), [&](std::size_t s) { built[s].emplace(model_, ranges[s], policy, opts_); });
     for (auto& b : built) shards_.push_back(std::move(*b));
     gather_layout();
+    if (model_->logk_bins) {  // a model read for one rank checks with the others what it cannot see alone
+      const auto ns = static_cast<std::size_t>(model_->nsyst()), np = static_cast<std::size_t>(exchange_.size());
+      const std::vector<index_t> mine = model_->varied_systematics(), counts(np, model_->nsyst());
+      std::vector<index_t> all(ns * np), varied(ns, 0);
+      exchange_.all_gather(std::span<const index_t>(mine), std::span<index_t>(all), std::span<const index_t>(counts));
+      for (std::size_t i = 0; i < all.size(); ++i) varied[i % ns] |= all[i];
+      model_->require_determined(varied);
+    }
   }
   explicit Likelihood(Model model, policy_type policy = {}, LikelihoodOptions opts = {})
       : Likelihood(std::make_shared<const Model>(std::move(model)), policy, opts) {}

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -206,6 +207,34 @@ struct Model {
 
   /// Checks every invariant above; throws `model_error` naming the offending item.
   void validate() const;
+
+  /// Per systematic, 1 if it varies a yield of an unmasked bin whose templates the model holds, else 0.
+  std::vector<index_t> varied_systematics() const {
+    std::vector<index_t> varied(static_cast<std::size_t>(nsyst()), 0);
+    const BinRange held = held_bins();
+    const index_t ns = nsyst(), nc = ncoef(), np = nprocs(), end = std::min(held.end, nbins());
+    for (index_t b = held.begin; b < end; ++b) {
+      if (sparse) {
+        const auto& t = *sparse;
+        for (index_t k = t.row_begin[static_cast<std::size_t>(t.bin_begin[static_cast<std::size_t>(b)])];
+             k < t.row_begin[static_cast<std::size_t>(t.bin_begin[static_cast<std::size_t>(b + 1)])]; ++k)
+          varied[static_cast<std::size_t>(t.col[static_cast<std::size_t>(k)] % ns)] = 1;
+        continue;
+      }
+      const double* row = logk.data() + (b - held.begin) * np * nc;
+      for (index_t k = 0; k < np * nc; ++k)
+        if (row[k] != 0) varied[static_cast<std::size_t>(k % nc % ns)] = 1;
+    }
+    return varied;
+  }
+  /// Throws unless every unconstrained systematic varies some fitted yield (`varied`, as
+  /// varied_systematics gives it for the whole model): the data could not determine it otherwise.
+  void require_determined(std::span<const index_t> varied) const {
+    for (index_t s = 0; s < nsyst(); ++s)
+      if (constraint_weights[static_cast<std::size_t>(s)] == 0 && !varied[static_cast<std::size_t>(s)])
+        throw model_error("systematic '" + systematics[static_cast<std::size_t>(s)].name +
+                          "' is unconstrained but varies no fitted bin, so the data cannot determine it; book a variation for it, constrain it, or drop it");
+  }
 };
 
 namespace detail {
@@ -249,7 +278,6 @@ inline void Model::validate() const {
   if (held.begin < 0 || held.end > bf || held.begin > held.end)
     throw model_error("Model::logk_bins is [" + std::to_string(held.begin) + ", " + std::to_string(held.end) + "), outside the model's " +
                       std::to_string(bf) + " bins");
-  std::vector<bool> varies(static_cast<std::size_t>(ns), false);  // does systematic s change any unmasked yield?
   const auto cell = [&](index_t b, index_t p) { return "process '" + processes[static_cast<std::size_t>(p)].name + "' in " + describe_bin(b); };
   const auto check_nominal = [&](index_t b, index_t p, double n) {
     if (!std::isfinite(n)) throw model_error("nominal yield of " + cell(b, p) + " is not finite; fix the input histogram");
@@ -270,8 +298,6 @@ inline void Model::validate() const {
         if ((b < held.begin || b >= held.end) && sparse->row_begin[static_cast<std::size_t>(i)] != sparse->row_begin[static_cast<std::size_t>(i + 1)])
           throw model_error("sparse templates store logk entries for " + describe_bin(b) + ", outside Model::logk_bins [" +
                             std::to_string(held.begin) + ", " + std::to_string(held.end) + "); the rows of bins not held must be empty");
-        for (index_t k = sparse->row_begin[static_cast<std::size_t>(i)]; k < sparse->row_begin[static_cast<std::size_t>(i + 1)] && b < nbins(); ++k)
-          varies[static_cast<std::size_t>(sparse->col[static_cast<std::size_t>(k)] % ns)] = true;
       }
   } else {
     detail::require_size(nominal.size(), bf * np, "nominal", "nbins_full × nprocs");
@@ -293,7 +319,6 @@ inline void Model::validate() const {
           if (n == 0 && row[k] != 0)
             throw model_error("systematic '" + syst + "' varies " + cell(b, p) +
                               " whose nominal yield is zero; a variation needs a non-zero nominal yield");
-          if (row[k] != 0 && b < nbins()) varies[static_cast<std::size_t>(k % ns)] = true;
         }
       }
     }
@@ -346,11 +371,9 @@ inline void Model::validate() const {
                         "; use a finite weight ≥ 0 (0 = unconstrained)");
     if (!std::isfinite(theta0[static_cast<std::size_t>(s)]))
       throw model_error("constraint centre of systematic '" + name + "' is not finite");
-    // A model holding part of the tensor cannot see every bin (mpi::Ranks checks this across ranks).
-    if (w == 0 && !varies[static_cast<std::size_t>(s)] && !logk_bins)
-      throw model_error("systematic '" + name + "' is unconstrained but varies no fitted bin, so the data cannot determine it; "
-                        "book a variation for it, constrain it, or drop it");
   }
+  // A model holding part of the tensor cannot see every bin: mpi::Ranks checks this across ranks.
+  if (!logk_bins) require_determined(varied_systematics());
   index_t q = 0;
   for (const auto& p : processes) {
     if (!p.signal) continue;
