@@ -510,11 +510,21 @@ nlohmann::json options_json(const Args& a) {
           {"ranks", a.ranks}};
 }
 
-/// The tensor, or under MPI this rank's part of it: the systematic tensor of its own bins only
-/// (io::rabbit_partition), the rest whole. Rank 0 alone streams the file for its SHA-256.
+/// The tensor, or under MPI this rank's part of it: the systematic tensor of its own bins only,
+/// the rest whole. Rank 0 alone works out the split (io::rabbit_partition streams a sparse
+/// tensor's indices) and streams the file for its SHA-256.
 io::RabbitTensor read_input(const Args& a, io::RabbitReadOptions ro) {
   if (a.ranks == 1) return io::read_rabbit(a.input, ro);
-  ro.bins = io::rabbit_partition(a.input, a.ranks)[static_cast<std::size_t>(a.rank)];
+#ifdef FITLIB_FIT_MPI
+  std::vector<index_t> bounds(static_cast<std::size_t>(2 * a.ranks));
+  if (a.rank == 0)
+    for (std::size_t r = 0; const BinRange& b : io::rabbit_partition(a.input, a.ranks)) {
+      bounds[2 * r] = b.begin;
+      bounds[2 * r++ + 1] = b.end;
+    }
+  MPI_Bcast(bounds.data(), static_cast<int>(bounds.size()), MPI_INT64_T, 0, MPI_COMM_WORLD);
+  ro.bins = BinRange{bounds[static_cast<std::size_t>(2 * a.rank)], bounds[static_cast<std::size_t>(2 * a.rank + 1)]};
+#endif
   if (a.rank == 0) return io::read_rabbit(a.input, ro);
   io::RabbitTensor t = io::read_rabbit(io::hdf5::File::open(a.input), ro);
   t.path = a.input;
@@ -538,28 +548,26 @@ bool ranks_agree(const std::vector<io::FitRecord>& records) {
 }
 #endif
 
-/// Runs `body(lik)` on the likelihood the options and the model's storage call for: the bins split
-/// over --threads shards evaluated concurrently and added in shard order (one thread: the serial
-/// evaluation), and under MPI over the ranks first.
+/// Runs `body(lik)` on a likelihood on `policy` with the storage the model's templates call for.
+template <class Policy, class Body>
+auto with_storage(const Policy& policy, std::shared_ptr<const Model> model, const LikelihoodOptions& lo, Body&& body) {
+  if (model->sparse) {
+    Likelihood<Shard<Policy, storage::Sparse>> lik(model, policy, lo);
+    return body(lik);
+  }
+  Likelihood<Shard<Policy, storage::Dense>> lik(model, policy, lo);
+  return body(lik);
+}
+
+/// Runs `body(lik)` on the likelihood the options call for: the bins split over --threads shards
+/// evaluated concurrently and added in shard order (one thread: the serial evaluation), and under
+/// MPI over the ranks first.
 template <class Body>
 auto with_likelihood(const Args& a, std::shared_ptr<const Model> model, const LikelihoodOptions& lo, Body&& body) {
 #ifdef FITLIB_FIT_MPI
-  if (a.ranks > 1) {
-    const mpi::Ranks<cpu::Threads> ranks{cpu::Threads{a.threads}};
-    if (model->sparse) {
-      Likelihood<Shard<mpi::Ranks<cpu::Threads>, storage::Sparse>> lik(model, ranks, lo);
-      return body(lik);
-    }
-    Likelihood<Shard<mpi::Ranks<cpu::Threads>, storage::Dense>> lik(model, ranks, lo);
-    return body(lik);
-  }
+  if (a.ranks > 1) return with_storage(mpi::Ranks<cpu::Threads>{cpu::Threads{a.threads}}, std::move(model), lo, body);
 #endif
-  if (model->sparse) {
-    SparseThreadedLikelihood lik(model, cpu::Threads{a.threads}, lo);
-    return body(lik);
-  }
-  ThreadedLikelihood lik(model, cpu::Threads{a.threads}, lo);
-  return body(lik);
+  return with_storage(cpu::Threads{a.threads}, std::move(model), lo, body);
 }
 
 /// Reports bad input (exit status 2). Under MPI a rank that fails ends every rank, since the

@@ -51,8 +51,9 @@ TEST_CASE("mpi: ranks equal the serial shards bitwise and one shard to 1e-12, on
     LikelihoodOptions lo;
     lo.data_term = term;
     RankLikelihood ranked(m, {}, lo);
-    REQUIRE(ranked.total_shards() == ranks());
-    REQUIRE(ranked.exchange().size() == ranks());
+    // CHECK, not REQUIRE, before a collective: a rank that left here would leave the others waiting.
+    CHECK(ranked.total_shards() == ranks());
+    CHECK(ranked.exchange().size() == ranks());
     LikelihoodOptions serial_shards = lo;
     serial_shards.shards = ranks();
     SerialLikelihood serial(m, {}, serial_shards), one(m, {}, lo);
@@ -65,10 +66,15 @@ TEST_CASE("mpi: ranks equal the serial shards bitwise and one shard to 1e-12, on
 
     // Threads inside each rank: two shards per rank.
     ThreadedRankLikelihood threaded(m, {cpu::Threads{2}}, lo);
-    REQUIRE(threaded.total_shards() == 2 * ranks());
+    CHECK(threaded.total_shards() == 2 * ranks());
     const auto t = everything(threaded);
     CHECK(same_on_every_rank(t));
     CHECK(worst_relative(t, everything(one)) < 1e-12);
+
+    // Sparse storage over ranks equals sparse storage in one process with as many shards.
+    SparseRankLikelihood sparse(m, {cpu::Threads{1}}, lo);
+    SparseSerialLikelihood sparse_serial(m, {}, serial_shards);
+    CHECK(same_bits(everything(sparse), everything(sparse_serial)));
   }
 }
 
@@ -78,7 +84,7 @@ TEST_CASE("mpi: fits, yields, profiled β, global impacts and replica batches ov
   SerialLikelihood one(m);
   const TrustRegion<Gltr> minimizer;
   const FitResult a = fit(ranked, minimizer), b = fit(one, minimizer);
-  REQUIRE(converged(a.status));
+  CHECK(converged(a.status));
   CHECK(same_on_every_rank(a.x));
   CHECK(same_on_every_rank(a.covariance));
   // Other shards round differently; the minimizer's path carries that to ~1e-10 in x, and the
@@ -122,7 +128,7 @@ TEST_CASE("mpi: each rank reads only its bins of a rabbit tensor, and the fit is
     io::RabbitReadOptions ro;
     ro.bins = parts[static_cast<std::size_t>(rank())];
     const io::RabbitTensor mine = io::read_rabbit(path, ro);
-    REQUIRE(mine.model.held_bins() == parts[static_cast<std::size_t>(rank())]);
+    CHECK(mine.model.held_bins() == parts[static_cast<std::size_t>(rank())]);
     if (!whole.sparse) CHECK(mine.model.logk.size() * static_cast<std::size_t>(whole.model.nbins_full()) ==
                              whole.model.logk.size() * static_cast<std::size_t>(ro.bins->size()));
     const TrustRegion<Gltr> minimizer;
@@ -195,6 +201,31 @@ TEST_CASE("mpi: an unconstrained systematic must vary a fitted bin on some rank"
   CHECK_NOTHROW(RankLikelihood(slice(m)));
   vary_from(m.nbins_full());  // now it varies nothing
   CHECK_THROWS_WITH(RankLikelihood(slice(m)), Catch::Contains("unconstrained but varies no fitted bin"));
+}
+
+TEST_CASE("mpi: a failure on one rank stops every rank, never leaves them waiting", "[mpi]") {
+  if (ranks() < 2) return;
+  const Model m = sharded_model();
+  const bool last = rank() == ranks() - 1;
+  // The last rank cannot split its bins into 1000 shards; the others learn of it in the first gather.
+  LikelihoodOptions lo;
+  lo.shards = last ? 1000 : 1;
+  CHECK_THROWS_WITH(RankLikelihood(m, {}, lo), Catch::Contains(last ? "cannot split" : "could not build its part of the likelihood"));
+  // Ranks holding bins out of rank order.
+  const std::vector<BinRange> parts = partition_bins(m, ranks());
+  Model swapped = m;
+  const BinRange theirs = parts[static_cast<std::size_t>(ranks() - 1 - rank())];
+  const index_t row = m.nprocs() * m.ncoef();
+  swapped.logk.assign(m.logk.begin() + theirs.begin * row, m.logk.begin() + theirs.end * row);
+  swapped.logk_bins = theirs;
+  CHECK_THROWS_WITH(RankLikelihood(swapped), Catch::Contains("must follow one another in rank order"));
+  // Ranks that evaluate at different points stop at that evaluation.
+  RankLikelihood ranked(m);
+  auto x = ranked.default_parameters();
+  x[0] += last ? 1e-3 : 0.0;
+  CHECK_THROWS_WITH(ranked.value(x), Catch::Contains("evaluated the likelihood at different parameters"));
+  x[0] = ranked.default_parameters()[0];
+  CHECK(std::isfinite(ranked.value(x)));  // and agree again afterwards
 }
 
 int main(int argc, char** argv) {

@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <exception>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -25,6 +26,18 @@
 
 namespace fitlib::mpi {
 
+/// A communicator's rank and size.
+inline index_t rank_of(MPI_Comm comm) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+inline index_t size_of(MPI_Comm comm) {
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+
 /// MPI for the lifetime of the object: initialised unless it already is, finalised by whoever
 /// initialised it. Only the thread that calls the likelihood talks to MPI (its shard threads never
 /// do), so MPI_THREAD_FUNNELED is all it asks for.
@@ -37,30 +50,25 @@ class Session {
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) throw usage_error("MPI_Init_thread failed");
     owner_ = true;
+    if (provided < MPI_THREAD_FUNNELED)
+      throw usage_error("this MPI library supports no threads beside the one calling MPI (MPI_THREAD_FUNNELED), which cpu::Threads "
+                        "shards need; use cpu::Serial inside each rank or an MPI built with thread support");
   }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
+  /// Unwinding past the session with other ranks alive aborts them all: they may be waiting in a
+  /// collective this rank will never reach, and MPI_Finalize would wait for them forever.
   ~Session() {
     int done = 0;
     MPI_Finalized(&done);
-    if (owner_ && !done) MPI_Finalize();
+    if (!owner_ || done) return;
+    if (std::uncaught_exceptions() > 0 && size_of(MPI_COMM_WORLD) > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Finalize();
   }
 
  private:
   bool owner_ = false;
 };
-
-/// A communicator's rank and size.
-inline index_t rank_of(MPI_Comm comm) {
-  int r = 0;
-  MPI_Comm_rank(comm, &r);
-  return r;
-}
-inline index_t size_of(MPI_Comm comm) {
-  int n = 0;
-  MPI_Comm_size(comm, &n);
-  return n;
-}
 
 /// The ranks of `comm` (MPI must be initialised, e.g. by a Session): each holds a contiguous range
 /// of the bins and evaluates it with `inner` (cpu::Serial, or cpu::Threads for shards on its
@@ -117,8 +125,9 @@ class Exchange {
       offset += counts[r];
     }
     if (static_cast<index_t>(mine.size()) != counts[static_cast<std::size_t>(rank_)] || static_cast<index_t>(out.size()) < offset)
-      throw usage_error("MPI all-gather: this rank sends " + std::to_string(mine.size()) + " values but its count is " +
-                        std::to_string(counts[static_cast<std::size_t>(rank_)]));
+      throw usage_error("MPI all-gather: this rank sends " + std::to_string(mine.size()) + " values for a count of " +
+                        std::to_string(counts[static_cast<std::size_t>(rank_)]) + ", into room for " + std::to_string(out.size()) + " of " +
+                        std::to_string(offset));
     MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), detail::datatype<T>(), out.data(), n.data(), at.data(), detail::datatype<T>(), comm_);
   }
 

@@ -43,6 +43,7 @@ void write_flat(const hdf5::Location& loc, const std::string& name, const std::v
 inline void write_rabbit(const std::string& path, const Model& m, const RabbitWriteOptions& opts = {}) {
   using detail::rabbit_writer::write_flat;
   m.validate();
+  m.require_whole_tensor("write_rabbit");
   for (double c : m.theta0)
     if (c != 0) throw usage_error("write_rabbit: rabbit tensors have no constraint centres (θ₀ = 0); set them at fit time instead");
   if (!m.poi_prior_weights.empty()) throw usage_error("write_rabbit: rabbit tensors have no POI priors; drop them or keep the model in memory");

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstdint>
 #include <cmath>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -48,6 +51,27 @@ class Likelihood {
   /// the model while the likelihood lives; observed data go through `set_data`.
   explicit Likelihood(std::shared_ptr<const Model> model, policy_type policy = {}, LikelihoodOptions opts = {})
       : model_(std::move(model)), opts_(opts), exchange_(exchange_of(policy)) {
+    // Over MPI ranks a rank whose part fails (bad rows in its slice, too few bins for its shards)
+    // must not leave the others waiting in the first gather: every rank learns of it there.
+    std::exception_ptr failed;
+    try {
+      build(policy);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    gather_layout(failed);
+    if (model_->logk_bins) {  // a model read for one rank checks with the others what it cannot see alone
+      std::vector<index_t> varied(static_cast<std::size_t>(model_->nsyst()), 0);
+      combine_ranks<index_t>(model_->varied_systematics(), varied, [](index_t a, index_t b) { return a | b; });
+      model_->require_determined(varied);
+    }
+  }
+  explicit Likelihood(Model model, policy_type policy = {}, LikelihoodOptions opts = {})
+      : Likelihood(std::make_shared<const Model>(std::move(model)), policy, opts) {}
+
+ private:
+  /// This process's part of the constructor: checks, global terms and its shards.
+  void build(const policy_type& policy) {
     opts_.validate();
     if (!model_) throw usage_error("Likelihood needs a model, got a null pointer");
     model_->validate();
@@ -62,15 +86,15 @@ class Likelihood {
     }
     if (opts_.data_term == DataTerm::chisq)
       check_variances(model_->data_variance.empty() ? model_->data : model_->data_variance);
+    if (distributed() && opts_.data_term == DataTerm::covariance)
+      throw usage_error("the covariance data term couples every bin through C⁻¹, which no rank holds alone; fit it in one process "
+                        "(cpu::Threads splits the bins over threads), or use DataTerm::chisq or poisson over MPI ranks");
     if (opts_.data_term == DataTerm::covariance)
       covariance_ = CovarianceTerm(*model_, BinByBinStats::build(*model_, {0, model_->nbins()}, opts_.bin_by_bin, opts_.data_term));
     counts_ = model_->data;
     variances_ = model_->data_variance.empty() ? model_->data : model_->data_variance;
     const BinByBinStats bb = BinByBinStats::build(*model_, {0, 0}, opts_.bin_by_bin, opts_.data_term);
     bb_per_bin_ = bb.enabled ? bb.per_bin() : 0;
-    if (distributed() && opts_.data_term == DataTerm::covariance)
-      throw usage_error("the covariance data term couples every bin through C⁻¹, which no rank holds alone; fit it in one process "
-                        "(cpu::Threads splits the bins over threads), or use DataTerm::chisq or poisson over MPI ranks");
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
     const std::vector<BinRange> ranges = partition_bins(*model_, k, exchange_.bins(*model_));
     if (const index_t threads = std::min<index_t>(policy.concurrency(), static_cast<index_t>(ranges.size())); threads > 1)
@@ -82,18 +106,9 @@ class Likelihood {
     std::vector<std::optional<ShardT>> built(ranges.size());
     for_each_index(static_cast<index_t>(ranges.size()), [&](std::size_t s) { built[s].emplace(model_, ranges[s], policy, opts_); });
     for (auto& b : built) shards_.push_back(std::move(*b));
-    gather_layout();
-    if (model_->logk_bins) {  // a model read for one rank checks with the others what it cannot see alone
-      const auto ns = static_cast<std::size_t>(model_->nsyst()), np = static_cast<std::size_t>(exchange_.size());
-      const std::vector<index_t> mine = model_->varied_systematics(), counts(np, model_->nsyst());
-      std::vector<index_t> all(ns * np), varied(ns, 0);
-      exchange_.all_gather(std::span<const index_t>(mine), std::span<index_t>(all), std::span<const index_t>(counts));
-      for (std::size_t i = 0; i < all.size(); ++i) varied[i % ns] |= all[i];
-      model_->require_determined(varied);
-    }
   }
-  explicit Likelihood(Model model, policy_type policy = {}, LikelihoodOptions opts = {})
-      : Likelihood(std::make_shared<const Model>(std::move(model)), policy, opts) {}
+
+ public:
 
   /// Number of parameters: `[POIs | θ]`.
   index_t size() const { return nparams_; }
@@ -303,16 +318,18 @@ class Likelihood {
     const std::span<const index_t> slots = bind_columns(nx);
     for (index_t j = 0; j < nx; ++j) {
       BlockView<double> hj = hess.block_cols(j * n, n);
-      local_.resize(shards_.size() * static_cast<std::size_t>(n * n));
+      const index_t len = n * n + stamped();
+      local_.resize(shards_.size() * static_cast<std::size_t>(len));
       for_each_shard([&](std::size_t k) {
         const index_t b0 = data_offset(k);
-        shards_[k].hessian(x, j, BlockView<double>(local_.data() + k * static_cast<std::size_t>(n * n), n, n),
+        stamp(local_.data() + k * static_cast<std::size_t>(len), len, x, {});
+        shards_[k].hessian(x, j, BlockView<double>(local_.data() + k * static_cast<std::size_t>(len), n, n),
                            coupled ? data_rows(y_, b0, k) : ConstBlockView<double>{},
                            coupled ? BlockView<double>(rows_.data() + b0, shards_[k].ndata(), n, rows_.rows()) : BlockView<double>{},
                            slots.empty() ? 0 : slots[static_cast<std::size_t>(j)]);
       });
-      const double* all = gathered(n * n);
-      for (index_t k = 0; k < total_shards_; ++k) put(hj, ConstBlockView<double>(all + k * n * n, n, n), k == 0);
+      const double* all = gathered(len, x, {});
+      for (index_t k = 0; k < total_shards_; ++k) put(hj, ConstBlockView<double>(all + k * len, n, n), k == 0);
       if (coupled) covariance_.add_curvature(j, rows_, hj);
     }
     add_global_terms(x, {}, {}, {}, {}, hess);
@@ -378,15 +395,9 @@ class Likelihood {
       throw usage_error("the bin-by-bin part of global impacts needs a separable data term (Poisson or χ²), not the covariance term");
     require(v.rows == nparams_, "direction block", nparams_, v.cols, v);
     for (auto& s : shards_) s.bin_by_bin_variance(column(x), v, var);
-    if (!distributed()) return var;
-    // Each rank's sum, gathered and added in rank order.
-    std::vector<double> all(var.size() * static_cast<std::size_t>(exchange_.size()));
-    const std::vector<index_t> counts(static_cast<std::size_t>(exchange_.size()), v.cols);
-    exchange_.all_gather(std::span<const double>(var), std::span<double>(all), std::span<const index_t>(counts));
-    for (std::size_t i = 0; i < var.size(); ++i) var[i] = all[i];
-    for (index_t r = 1; r < exchange_.size(); ++r)
-      for (std::size_t i = 0; i < var.size(); ++i) var[i] += all[static_cast<std::size_t>(r) * var.size() + i];
-    return var;
+    std::vector<double> total(var.size());
+    combine_ranks<double>(var, total, [](double a, double b) { return a + b; });  // each rank's sum, added in rank order
+    return total;
   }
 
   /// Holds β at `beta` (as bin_by_bin_parameters returns it) instead of profiling it, until called
@@ -494,12 +505,19 @@ class Likelihood {
 
   /// Every process's shard count and bins (the same on each): the layout of the gathered partials.
   /// The processes' bins must follow one another in process order and cover every bin once.
-  void gather_layout() {
+  /// `failed`: this process's own construction failed (then every process throws).
+  void gather_layout(const std::exception_ptr& failed) {
     const auto np = static_cast<std::size_t>(exchange_.size());
-    const std::array<index_t, 3> mine{nshards(), shards_.front().bins().begin, shards_.back().bins().end};
+    const std::array<index_t, 3> mine = failed ? std::array<index_t, 3>{-1, 0, 0}
+                                               : std::array<index_t, 3>{nshards(), shards_.front().bins().begin, shards_.back().bins().end};
     std::vector<index_t> all(3 * np);
     const std::vector<index_t> counts(np, 3);
     exchange_.all_gather(std::span<const index_t>(mine), std::span<index_t>(all), std::span<const index_t>(counts));
+    if (failed) std::rethrow_exception(failed);
+    for (std::size_t r = 0; r < np; ++r)
+      if (all[3 * r] < 0)
+        throw usage_error("rank " + std::to_string(r) + " could not build its part of the likelihood (its own error says why), so no rank can "
+                          "evaluate it");
     shards_of_rank_.resize(np);
     rank_bins_.resize(np);
     total_shards_ = 0;
@@ -516,15 +534,50 @@ class Likelihood {
   }
 
   /// The rows of every shard's partials (`len` each), this process's in `local_`: itself in one
-  /// process, else gathered from every process in rank (hence shard) order.
-  const double* gathered(index_t len) {
+  /// process, else gathered from every process in rank (hence shard) order, each row stamped with
+  /// the inputs it was evaluated at (x, v). Every rank runs the same minimizer on the same sums, so
+  /// the stamps agree; if they ever do not (different binaries or CPUs, a callback that decides by
+  /// the clock), every rank stops here rather than wait in a later gather the others never reach.
+  const double* gathered(index_t len, ConstBlockView<double> x, ConstBlockView<double> v) {
     if (!distributed()) return local_.data();
     std::vector<index_t> counts(shards_of_rank_.size());
     for (std::size_t r = 0; r < counts.size(); ++r) counts[r] = shards_of_rank_[r] * len;
     all_.resize(static_cast<std::size_t>(total_shards_ * len));
     exchange_.all_gather(std::span<const double>(local_.data(), shards_.size() * static_cast<std::size_t>(len)), std::span<double>(all_),
                          std::span<const index_t>(counts));
+    const std::uint64_t mine = inputs_stamp(x, v);
+    for (index_t k = 0; k < total_shards_; ++k)
+      if (std::bit_cast<std::uint64_t>(all_[static_cast<std::size_t>((k + 1) * len - 1)]) != mine)
+        throw usage_error("the MPI ranks evaluated the likelihood at different parameters (shard " + std::to_string(k) +
+                          "'s rank differs from this one): every rank must make the same calls with the same inputs; run the same binary on "
+                          "identical CPUs, and stop fits by iterates, not by time");
     return all_.data();
+  }
+  /// Over MPI ranks each row of partials carries one more value: the stamp of its inputs.
+  index_t stamped() const { return distributed() ? 1 : 0; }
+  void stamp(double* row, index_t len, ConstBlockView<double> x, ConstBlockView<double> v) const {
+    if (distributed()) row[len - 1] = std::bit_cast<double>(inputs_stamp(x, v));
+  }
+  /// The bits of x and v folded into one word (FNV-1a).
+  static std::uint64_t inputs_stamp(ConstBlockView<double> x, ConstBlockView<double> v) {
+    std::uint64_t h = 1469598103934665603ULL;
+    for (const ConstBlockView<double>* b : {&x, &v})
+      for (index_t j = 0; j < b->cols; ++j)
+        for (index_t i = 0; i < b->rows; ++i) h = (h ^ std::bit_cast<std::uint64_t>((*b)(i, j))) * 1099511628211ULL;
+    return h;
+  }
+
+  /// out[i] = op(…op(op(rank 0's mine[i], rank 1's), rank 2's)…): a value every process holds a
+  /// part of, combined in rank order (mine itself in one process).
+  template <class T, class Op>
+  void combine_ranks(std::span<const T> mine, std::span<T> out, Op op) const {
+    const auto np = static_cast<std::size_t>(exchange_.size()), n = mine.size();
+    std::vector<T> all(n * np);
+    const std::vector<index_t> counts(np, static_cast<index_t>(n));
+    exchange_.all_gather(mine, std::span<T>(all), std::span<const index_t>(counts));
+    for (std::size_t i = 0; i < n; ++i) out[i] = all[i];
+    for (std::size_t r = 1; r < np; ++r)
+      for (std::size_t i = 0; i < n; ++i) out[i] = op(out[i], all[r * n + i]);
   }
 
   /// Per-bin rows (`width` values per bin) of this process's bins, of the first `limit` bins
@@ -558,10 +611,11 @@ class Likelihood {
     // (concurrently where the policy has threads); the rows of every shard, gathered from every
     // process, are then added in shard order.
     if (backward) {
-      const index_t at_g = f.empty() || coupled ? 0 : nx, at_hv = at_g + (g.empty() ? 0 : n * nx), len = at_hv + n * nv;
+      const index_t at_g = f.empty() || coupled ? 0 : nx, at_hv = at_g + (g.empty() ? 0 : n * nx), len = at_hv + n * nv + stamped();
       local_.resize(shards_.size() * static_cast<std::size_t>(len));
       for_each_shard([&](std::size_t k) {
         double* row = local_.data() + k * static_cast<std::size_t>(len);
+        stamp(row, len, x, v);
         PartialRequest rq;
         rq.x = x;
         rq.v = v;
@@ -575,7 +629,7 @@ class Likelihood {
         if (nv > 0) rq.hvp = BlockView<double>(row + at_hv, n, nv);
         shards_[k].partials(rq);
       });
-      const double* all = gathered(len);
+      const double* all = gathered(len, x, v);
       for (index_t k = 0; k < total_shards_; ++k) {
         const double* row = all + k * len;
         if (at_g > 0) put(BlockView<double>(f.data(), 1, nx), ConstBlockView<double>(row, 1, nx), k == 0);

@@ -54,7 +54,8 @@ struct LikelihoodOptions {
   /// POIs act linearly, μ = x (rabbit's --allowNegativeParam). Default: μ = x², so μ ≥ 0 and the
   /// stored parameter is √μ (rabbit-likelihood-and-format.md §2.1).
   bool allow_negative_poi = false;
-  /// Number of contiguous bin shards; 0 = one per unit of the policy's concurrency.
+  /// Number of contiguous bin shards (of each rank, under mpi::Ranks); 0 = one per unit of the
+  /// policy's concurrency.
   index_t shards = 0;
   /// Template rows (bin·process cells) per block of the dense-Hessian GEMMs; ≥ 1. Deeper blocks
   /// run the GEMMs closer to their peak, shallower ones keep the block workspace in cache.

@@ -25,12 +25,14 @@ struct Sparse {};
 
 namespace detail {
 
-/// Throws unless the model holds the systematic tensor of `bins` (Model::logk_bins).
-inline void require_held(const Model& m, BinRange bins) {
+/// The row of the model's systematic tensor where `bins` begin (Model::logk_bins); throws unless
+/// the model holds them all.
+inline index_t held_row(const Model& m, BinRange bins) {
   const BinRange held = m.held_bins();
   if (bins.begin < held.begin || bins.end > held.end)
     throw usage_error("a shard over bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + ") needs their templates, but the model holds bins [" +
                       std::to_string(held.begin) + ", " + std::to_string(held.end) + ") only (read for one MPI rank); shard it within those bins");
+  return bins.begin - held.begin;
 }
 
 /// What a shard's passes need from the templates of its bins, for local bin i and its cell c
@@ -46,10 +48,9 @@ class TemplateSlice<storage::Dense> {
  public:
   TemplateSlice(const Model& m, BinRange bins)
       : P_(m.nprocs()), ncoef_(m.ncoef()), S_(m.nsyst()), nominal_(m.nominal.data() + bins.begin * P_),
-        logk_(m.logk.data() + (bins.begin - m.held_bins().begin) * P_ * ncoef_), nbins_(bins.size()) {
+        logk_(m.logk.data() + held_row(m, bins) * P_ * ncoef_), nbins_(bins.size()) {
     if (m.sparse)
       throw usage_error("the model stores sparse templates; evaluate it with storage::Sparse shards (SparseSerialLikelihood)");
-    require_held(m, bins);
     // Prefetch distance: the bin about 128 KiB ahead (at least the next one).
     ahead_ = std::clamp<index_t>((index_t{1} << 17) / std::max<index_t>(1, 8 * P_ * ncoef_), 1, 64);
   }
@@ -90,11 +91,10 @@ template <>
 class TemplateSlice<storage::Sparse> {
  public:
   TemplateSlice(const Model& m, BinRange bins) : ncoef_(m.ncoef()), S_(m.nsyst()), nbins_(bins.size()) {
-    require_held(m, bins);
+    const auto row0 = static_cast<std::size_t>(held_row(m, bins));
     if (!m.sparse) {
       const auto P = static_cast<std::size_t>(m.nprocs()), nc = static_cast<std::size_t>(ncoef_);
       const auto b0 = static_cast<std::size_t>(bins.begin), nb = static_cast<std::size_t>(bins.size());
-      const auto row0 = static_cast<std::size_t>(bins.begin - m.held_bins().begin);
       owned_ = std::make_shared<SparseTemplates>(SparseTemplates::from_dense(
           bins.size(), m.nprocs(), ncoef_, std::span(m.nominal).subspan(b0 * P, nb * P), std::span(m.logk).subspan(row0 * P * nc, nb * P * nc)));
       t_ = owned_.get();
