@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <span>
@@ -510,21 +512,39 @@ nlohmann::json options_json(const Args& a) {
           {"ranks", a.ranks}};
 }
 
-/// The tensor, or under MPI this rank's part of it: the systematic tensor of its own bins only,
-/// the rest whole. Rank 0 alone works out the split (io::rabbit_partition streams a sparse
-/// tensor's indices) and streams the file for its SHA-256.
-io::RabbitTensor read_input(const Args& a, io::RabbitReadOptions ro) {
-  if (a.ranks == 1) return io::read_rabbit(a.input, ro);
-#ifdef FITLIB_FIT_MPI
-  std::vector<index_t> bounds(static_cast<std::size_t>(2 * a.ranks));
-  if (a.rank == 0)
-    for (std::size_t r = 0; const BinRange& b : io::rabbit_partition(a.input, a.ranks)) {
+/// This process's shards when the bins are split (--threads, mpirun): its --threads consecutive
+/// parts of io::rabbit_partition over every thread of every rank, worked out by rank 0 alone (it
+/// streams a sparse tensor's indices) and broadcast; empty for one shard.
+std::vector<BinRange> own_shards(const Args& a) {
+  if (a.threads * a.ranks == 1) return {};
+  std::vector<index_t> bounds(static_cast<std::size_t>(2 * a.threads * a.ranks));
+  if (a.rank == 0) {
+    std::vector<BinRange> all;
+    try {
+      all = io::rabbit_partition(a.input, a.threads * a.ranks);
+    } catch (const usage_error& e) {  // more shards than bins
+      throw usage_error("--threads " + std::to_string(a.threads) + (a.ranks > 1 ? " on each of " + std::to_string(a.ranks) + " ranks" : "") +
+                        " exceeds what the tensor allows (each thread takes a shard of its bins): " + e.what());
+    }
+    for (std::size_t r = 0; const BinRange& b : all) {
       bounds[2 * r] = b.begin;
       bounds[2 * r++ + 1] = b.end;
     }
-  MPI_Bcast(bounds.data(), static_cast<int>(bounds.size()), MPI_INT64_T, 0, MPI_COMM_WORLD);
-  ro.bins = BinRange{bounds[static_cast<std::size_t>(2 * a.rank)], bounds[static_cast<std::size_t>(2 * a.rank + 1)]};
+  }
+#ifdef FITLIB_FIT_MPI
+  if (a.ranks > 1) MPI_Bcast(bounds.data(), static_cast<int>(bounds.size()), MPI_INT64_T, 0, MPI_COMM_WORLD);
 #endif
+  std::vector<BinRange> mine;
+  for (index_t t = a.rank * a.threads; t < (a.rank + 1) * a.threads; ++t)
+    mine.push_back({bounds[static_cast<std::size_t>(2 * t)], bounds[static_cast<std::size_t>(2 * t + 1)]});
+  return mine;
+}
+
+/// The tensor; with shards, everything but the systematic tensor, which each shard reads for its
+/// own bins on its own thread (`part`), so the process holds one bin's rows beside them. Rank 0
+/// alone streams the file for its SHA-256.
+io::RabbitTensor read_input(const Args& a, io::RabbitReadOptions ro, const std::vector<BinRange>& shards) {
+  if (!shards.empty()) ro.bins = BinRange{shards.front().begin, shards.front().begin + 1};
   if (a.rank == 0) return io::read_rabbit(a.input, ro);
   io::RabbitTensor t = io::read_rabbit(io::hdf5::File::open(a.input), ro);
   t.path = a.input;
@@ -548,26 +568,37 @@ bool ranks_agree(const std::vector<io::FitRecord>& records) {
 }
 #endif
 
-/// Runs `body(lik)` on a likelihood on `policy` with the storage the model's templates call for.
+/// Runs `body(lik)` on a likelihood on `policy` with the storage the model's templates call for,
+/// over `shards` reading their templates from `part` (or, without shards, over the whole model).
 template <class Policy, class Body>
-auto with_storage(const Policy& policy, std::shared_ptr<const Model> model, const LikelihoodOptions& lo, Body&& body) {
+auto with_storage(const Policy& policy, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards,
+                  const std::function<std::shared_ptr<const Model>(BinRange)>& part, const LikelihoodOptions& lo, Body&& body) {
   if (model->sparse) {
-    Likelihood<Shard<Policy, storage::Sparse>> lik(model, policy, lo);
+    Likelihood<Shard<Policy, storage::Sparse>> lik(model, shards, shards.empty() ? nullptr : part, policy, lo);
     return body(lik);
   }
-  Likelihood<Shard<Policy, storage::Dense>> lik(model, policy, lo);
+  Likelihood<Shard<Policy, storage::Dense>> lik(model, shards, shards.empty() ? nullptr : part, policy, lo);
   return body(lik);
 }
 
 /// Runs `body(lik)` on the likelihood the options call for: the bins split over --threads shards
 /// evaluated concurrently and added in shard order (one thread: the serial evaluation), and under
-/// MPI over the ranks first.
+/// MPI over the ranks first; each shard reads its own templates on its own thread.
 template <class Body>
-auto with_likelihood(const Args& a, std::shared_ptr<const Model> model, const LikelihoodOptions& lo, Body&& body) {
+auto with_likelihood(const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards, io::RabbitReadOptions ro,
+                     const LikelihoodOptions& lo, Body&& body) {
+  std::mutex hdf5;  // HDF5's serial build reads on one thread at a time
+  const auto part = [&](BinRange bins) {
+    const std::lock_guard lock(hdf5);
+    ro.bins = bins;
+    Model m = io::read_rabbit(io::hdf5::File::open(a.input), ro).model;
+    adjust_model(m, a);
+    return std::make_shared<const Model>(std::move(m));
+  };
 #ifdef FITLIB_FIT_MPI
-  if (a.ranks > 1) return with_storage(mpi::Ranks<cpu::Threads>{cpu::Threads{a.threads}}, std::move(model), lo, body);
+  if (a.ranks > 1) return with_storage(mpi::Ranks<cpu::Threads>{cpu::Threads{a.threads}}, std::move(model), shards, part, lo, body);
 #endif
-  return with_storage(cpu::Threads{a.threads}, std::move(model), lo, body);
+  return with_storage(cpu::Threads{a.threads}, std::move(model), shards, part, lo, body);
 }
 
 /// Reports bad input (exit status 2). Under MPI a rank that fails ends every rank, since the
@@ -683,7 +714,8 @@ int main(int argc, char** argv) {
     io::RabbitReadOptions ro;
     ro.allow_negative_yields = a.allow_negative_expectation;
     ro.systematic_type = a.systematic_type == "normal" ? SystematicType::normal : SystematicType::log_normal;
-    io::RabbitTensor in = read_input(a, ro);
+    const std::vector<BinRange> shards = own_shards(a);
+    io::RabbitTensor in = read_input(a, ro, shards);
     if (!in.beta_variations.empty() && !a.no_bbb && lo.bin_by_bin.mode == BinByBinMode::full)
       throw usage_error("the tensor has hbetavariations, which fitlib does not apply yet; use --binByBinStatMode lite or --noBinByBinStat");
     if (a.use_pseudodata && in.pseudodata_names.empty()) throw usage_error("--pseudoData: the tensor has no pseudodata sets");
@@ -691,10 +723,6 @@ int main(int argc, char** argv) {
       if (std::find(in.pseudodata_names.begin(), in.pseudodata_names.end(), p) == in.pseudodata_names.end())
         throw usage_error("--pseudoData names '" + p + "', which is not a pseudodata set of the tensor");
     adjust_model(in.model, a);
-    if (a.threads * a.ranks > in.model.nbins())
-      throw usage_error("--threads " + std::to_string(a.threads) + (a.ranks > 1 ? " on each of " + std::to_string(a.ranks) + " ranks" : "") +
-                        " exceeds the tensor's " + std::to_string(in.model.nbins()) + " unmasked bins (each thread takes a shard of them); use at most " +
-                        std::to_string(in.model.nbins() / a.ranks));
     const bool bin_by_bin = lo.bin_by_bin.enabled && !in.model.sumw2.empty();
     if (a.global_impacts && bin_by_bin && lo.data_term == DataTerm::covariance)
       throw usage_error("--globalImpacts splits off the bin-by-bin part with a Poisson or χ² data term only, not with --covarianceFit; "
@@ -713,7 +741,7 @@ int main(int argc, char** argv) {
       (void)fitlib::detail::frozen_mask(lik.parameter_names(), a.freeze);
       return run_with_method(lik, a, in);
     };
-    fits = with_likelihood(a, model, lo, run_all);
+    fits = with_likelihood(a, model, shards, ro, lo, run_all);
 #ifdef FITLIB_FIT_MPI
     if (a.ranks > 1 && !ranks_agree(fits.records))
       throw usage_error("the MPI ranks fitted different parameters; run the same fitlib-fit binary on identical CPUs on every rank");

@@ -24,6 +24,15 @@ inline fitlib::Model sharded_model() {
   return random_model(sp);
 }
 
+/// The dense model `m` as a reader of bins `b` holds it (Model::logk_bins): their template rows only.
+inline fitlib::Model slice_of(const fitlib::Model& m, fitlib::BinRange b) {
+  fitlib::Model s = m;
+  const fitlib::index_t row = m.nprocs() * m.ncoef();
+  s.logk.assign(m.logk.begin() + b.begin * row, m.logk.begin() + b.end * row);
+  s.logk_bins = b;
+  return s;
+}
+
 /// Values, gradients, HVPs and Hessians of three columns, as one flat vector.
 template <class Lik>
 std::vector<double> everything(Lik& l) {

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -76,4 +78,37 @@ TEST_CASE("threads: fits and replica batches over thread shards equal the serial
   const std::vector<FitOptions> opts(toys.size());
   const BatchResult bt = ReplicaBatch<4>().fit(threaded, minimizer, opts), bs = ReplicaBatch<4>().fit(serial, minimizer, opts);
   for (std::size_t r = 0; r < toys.size(); ++r) CHECK(same_bits(bt.replicas[r].x, bs.replicas[r].x));
+}
+
+TEST_CASE("threads: each shard reads its own templates on its own thread, and equals the serial shards bitwise", "[threads]") {
+  const Model m = sharded_model();
+  const std::vector<BinRange> ranges = partition_bins(m, 3);
+  std::mutex mutex;  // a reader that is not thread-safe (HDF5's serial build) is serialised like this
+  std::map<index_t, std::thread::id> reader;  // the thread that read each shard's templates
+  const auto part = [&](BinRange b) {
+    const std::lock_guard lock(mutex);
+    reader[b.begin] = std::this_thread::get_id();
+    return std::make_shared<const Model>(test::slice_of(m, b));
+  };
+  const auto meta = std::make_shared<const Model>(test::slice_of(m, {0, 1}));  // names, data, constraints: no tensor to speak of
+  ThreadedLikelihood threaded(meta, ranges, part, cpu::Threads{3});
+  REQUIRE(reader.size() == 3);
+  CHECK(reader.at(ranges[0].begin) == std::this_thread::get_id());  // shard 0 runs on the calling thread
+  CHECK(reader.at(ranges[1].begin) != reader.at(ranges[0].begin));
+  CHECK(reader.at(ranges[2].begin) != reader.at(ranges[1].begin));
+  LikelihoodOptions three;
+  three.shards = 3;
+  SerialLikelihood serial(m, {}, three);
+  CHECK(same_bits(everything(threaded), everything(serial)));
+  const TrustRegion<Gltr> minimizer;
+  CHECK(same_bits(fit(threaded, minimizer).x, fit(serial, minimizer).x));
+
+  // Bad input names the shard and the remedy.
+  CHECK_THROWS_WITH(ThreadedLikelihood(meta, {ranges[0], ranges[2]}, part, cpu::Threads{2}), Catch::Contains("must follow one another"));
+  CHECK_THROWS_WITH(ThreadedLikelihood(meta, {ranges[0], ranges[1]}, part, cpu::Threads{2}), Catch::Contains("must cover all"));
+  CHECK_THROWS_WITH(ThreadedLikelihood(meta, ranges, nullptr, cpu::Threads{3}), Catch::Contains("without a template source"));
+  const auto wrong = [&](BinRange) { return std::make_shared<const Model>(test::pull_model()); };
+  CHECK_THROWS_WITH(ThreadedLikelihood(meta, ranges, wrong, cpu::Threads{3}), Catch::Contains("another shape"));
+  const auto short_part = [&](BinRange b) { return std::make_shared<const Model>(test::slice_of(m, {b.begin, b.begin + 1})); };
+  CHECK_THROWS_WITH(ThreadedLikelihood(meta, ranges, short_part, cpu::Threads{3}), Catch::Contains("needs their templates"));
 }

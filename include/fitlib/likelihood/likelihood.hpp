@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -50,28 +51,48 @@ class Likelihood {
   /// The likelihood shares the model (the host shards read its templates in place): do not modify
   /// the model while the likelihood lives; observed data go through `set_data`.
   explicit Likelihood(std::shared_ptr<const Model> model, policy_type policy = {}, LikelihoodOptions opts = {})
+      : Likelihood(std::move(model), {}, {}, policy, opts) {}
+  explicit Likelihood(Model model, policy_type policy = {}, LikelihoodOptions opts = {})
+      : Likelihood(std::make_shared<const Model>(std::move(model)), policy, opts) {}
+
+  /// Where a shard's templates come from: a model holding (at least) the rows of the bins asked
+  /// for, e.g. `io::read_rabbit` with `RabbitReadOptions::bins`; otherwise like the likelihood's.
+  using TemplateSource = std::function<std::shared_ptr<const Model>(BinRange)>;
+
+  /// The likelihood over the shards `shards` (this process's contiguous bin ranges, e.g. parts of
+  /// io::rabbit_partition), shard k reading its templates from `part(shards[k])`, called on the
+  /// thread that evaluates the shard: its templates are allocated and first touched there and no
+  /// process holds more of the tensor than its shards. `model` gives everything else (names, data,
+  /// constraints) and may hold any part of the tensor. `part` runs on several threads at once:
+  /// serialise it if the reader is not thread-safe (HDF5's serial build is not).
+  Likelihood(std::shared_ptr<const Model> model, std::vector<BinRange> shards, TemplateSource part, policy_type policy = {},
+             LikelihoodOptions opts = {})
       : model_(std::move(model)), opts_(opts), exchange_(exchange_of(policy)) {
     // Over MPI ranks a rank whose part fails (bad rows in its slice, too few bins for its shards)
     // must not leave the others waiting in the first gather: every rank learns of it there.
     std::exception_ptr failed;
     try {
-      build(policy);
+      build(policy, std::move(shards), part);
     } catch (...) {
       failed = std::current_exception();
     }
     gather_layout(failed);
-    if (model_->logk_bins) {  // a model read for one rank checks with the others what it cannot see alone
-      std::vector<index_t> varied(static_cast<std::size_t>(model_->nsyst()), 0);
-      combine_ranks<index_t>(model_->varied_systematics(), varied, [](index_t a, index_t b) { return a | b; });
+    // Shards whose models hold part of the tensor check together what none can see alone.
+    if (std::any_of(shards_.begin(), shards_.end(), [](const ShardT& s) { return s.model().logk_bins.has_value(); })) {
+      std::vector<index_t> mine(static_cast<std::size_t>(model_->nsyst()), 0), varied(mine.size());
+      for (const ShardT& s : shards_) {
+        const std::vector<index_t> v = s.model().varied_systematics();
+        for (std::size_t i = 0; i < v.size(); ++i) mine[i] |= v[i];
+      }
+      combine_ranks<index_t>(mine, varied, [](index_t a, index_t b) { return a | b; });
       model_->require_determined(varied);
     }
   }
-  explicit Likelihood(Model model, policy_type policy = {}, LikelihoodOptions opts = {})
-      : Likelihood(std::make_shared<const Model>(std::move(model)), policy, opts) {}
 
  private:
-  /// This process's part of the constructor: checks, global terms and its shards.
-  void build(const policy_type& policy) {
+  /// This process's part of the constructor: checks, global terms and its shards (`given`, or
+  /// partition_bins's; their templates from `part`, or from the model).
+  void build(const policy_type& policy, std::vector<BinRange> given, const TemplateSource& part) {
     opts_.validate();
     if (!model_) throw usage_error("Likelihood needs a model, got a null pointer");
     model_->validate();
@@ -96,15 +117,16 @@ class Likelihood {
     const BinByBinStats bb = BinByBinStats::build(*model_, {0, 0}, opts_.bin_by_bin, opts_.data_term);
     bb_per_bin_ = bb.enabled ? bb.per_bin() : 0;
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
-    const std::vector<BinRange> ranges = partition_bins(*model_, k, exchange_.bins(*model_));
+    const std::vector<BinRange> ranges = given.empty() ? partition_bins(*model_, k, exchange_.bins(*model_)) : check_shards(std::move(given), part);
     if (const index_t threads = std::min<index_t>(policy.concurrency(), static_cast<index_t>(ranges.size())); threads > 1)
       pool_ = detail::PoolHandle(threads - 1);
     // Each shard is built on the thread that evaluates it, so the pages of what it owns (data,
-    // bin-by-bin state, workspaces) are first touched there, on that thread's memory node; moving
-    // it into place keeps its buffers. Templates are read in place from the model (a copy per
-    // shard would double the largest allocation); over MPI each rank holds only its own.
+    // bin-by-bin state, workspaces, and with a template source its templates) are first touched
+    // there, on that thread's memory node; moving it into place keeps its buffers. Without a
+    // source the shards read the model's templates in place (a copy would double the largest
+    // allocation).
     std::vector<std::optional<ShardT>> built(ranges.size());
-    for_each_index(static_cast<index_t>(ranges.size()), [&](std::size_t s) { built[s].emplace(model_, ranges[s], policy, opts_); });
+    for_each_index(static_cast<index_t>(ranges.size()), [&](std::size_t s) { built[s].emplace(templates_of(ranges[s], part), ranges[s], policy, opts_); });
     for (auto& b : built) shards_.push_back(std::move(*b));
   }
 
@@ -505,6 +527,38 @@ class Likelihood {
 
   /// Every process's shard count and bins (the same on each): the layout of the gathered partials.
   /// The processes' bins must follow one another in process order and cover every bin once.
+  /// Shard ranges given to the constructor: contiguous, each with a data bin, all of them in one
+  /// process (over MPI ranks, gather_layout checks that the ranks' follow one another).
+  std::vector<BinRange> check_shards(std::vector<BinRange> shards, const TemplateSource& part) const {
+    if (!part) throw usage_error("Likelihood: shard ranges were given without a template source to read them from");
+    const index_t nb = model_->nbins(), bf = model_->nbins_full();
+    for (std::size_t s = 0; s < shards.size(); ++s) {
+      const BinRange r = shards[s];
+      const bool follows = s == 0 || r.begin == shards[s - 1].end;
+      if (r.begin < 0 || r.begin >= std::min(r.end, nb) || r.end > bf || !follows)
+        throw usage_error("Likelihood: shard " + std::to_string(s) + " covers bins [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                          "); shards must follow one another, each from an unmasked bin, within the model's " + std::to_string(bf) +
+                          " bins (io::rabbit_partition or partition_bins gives such ranges)");
+    }
+    if (!distributed() && (shards.front().begin != 0 || shards.back().end != bf))
+      throw usage_error("Likelihood: the shards cover bins [" + std::to_string(shards.front().begin) + ", " + std::to_string(shards.back().end) +
+                        ") but must cover all " + std::to_string(bf) + " bins in one process");
+    return shards;
+  }
+
+  /// The model shard `bins` reads its templates from: part(bins), checked to be the same model, or
+  /// the likelihood's own.
+  std::shared_ptr<const Model> templates_of(BinRange bins, const TemplateSource& part) const {
+    if (!part) return model_;
+    std::shared_ptr<const Model> m = part(bins);
+    if (!m || m->nbins_full() != model_->nbins_full() || m->nprocs() != model_->nprocs() || m->nsyst() != model_->nsyst() ||
+        m->symmetric != model_->symmetric || m->sparse.has_value() != model_->sparse.has_value())
+      throw usage_error("the template source gave shard [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) +
+                        ") a model of another shape than the likelihood's (bins, processes, systematics, layout); read both from the same tensor");
+    m->validate();
+    return m;
+  }
+
   /// `failed`: this process's own construction failed (then every process throws).
   void gather_layout(const std::exception_ptr& failed) {
     const auto np = static_cast<std::size_t>(exchange_.size());

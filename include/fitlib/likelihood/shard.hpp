@@ -98,6 +98,8 @@ class Shard<Policy, Storage> {
   }
 
   BinRange bins() const { return range_; }
+  /// The model whose templates the shard reads.
+  const Model& model() const { return *model_; }
   /// Data (unmasked) bins of the shard: the first `ndata()` of its range.
   index_t ndata() const { return ndata_; }
   index_t nparams() const { return nparams_; }
