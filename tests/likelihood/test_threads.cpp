@@ -107,6 +107,7 @@ TEST_CASE("threads: each shard reads its own templates on its own thread, and eq
   CHECK_THROWS_WITH(ThreadedLikelihood(meta, {ranges[0], ranges[2]}, part, cpu::Threads{2}), Catch::Contains("must follow one another"));
   CHECK_THROWS_WITH(ThreadedLikelihood(meta, {ranges[0], ranges[1]}, part, cpu::Threads{2}), Catch::Contains("must cover all"));
   CHECK_THROWS_WITH(ThreadedLikelihood(meta, ranges, nullptr, cpu::Threads{3}), Catch::Contains("without a template source"));
+  CHECK_THROWS_WITH(ThreadedLikelihood(meta, {}, part, cpu::Threads{3}), Catch::Contains("needs the shard ranges"));
   const auto wrong = [&](BinRange) { return std::make_shared<const Model>(test::pull_model()); };
   CHECK_THROWS_WITH(ThreadedLikelihood(meta, ranges, wrong, cpu::Threads{3}), Catch::Contains("another shape"));
   const auto short_part = [&](BinRange b) { return std::make_shared<const Model>(test::slice_of(m, {b.begin, b.begin + 1})); };

@@ -117,6 +117,7 @@ class Likelihood {
     const BinByBinStats bb = BinByBinStats::build(*model_, {0, 0}, opts_.bin_by_bin, opts_.data_term);
     bb_per_bin_ = bb.enabled ? bb.per_bin() : 0;
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
+    if (given.empty() && part) throw usage_error("Likelihood: a template source needs the shard ranges it is to read");
     const std::vector<BinRange> ranges = given.empty() ? partition_bins(*model_, k, exchange_.bins(*model_)) : check_shards(std::move(given), part);
     if (const index_t threads = std::min<index_t>(policy.concurrency(), static_cast<index_t>(ranges.size())); threads > 1)
       pool_ = detail::PoolHandle(threads - 1);
@@ -131,7 +132,6 @@ class Likelihood {
   }
 
  public:
-
   /// Number of parameters: `[POIs | θ]`.
   index_t size() const { return nparams_; }
   const std::vector<std::string>& parameter_names() const { return names_; }
