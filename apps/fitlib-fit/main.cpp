@@ -551,23 +551,6 @@ io::RabbitTensor read_input(const Args& a, io::RabbitReadOptions ro, const std::
   return t;
 }
 
-#ifdef FITLIB_FIT_MPI
-/// Every rank ran the same minimizer on the same gathered sums, so every rank must hold the same
-/// fitted bits; a difference (different binaries or CPUs across ranks) is reported, never ignored.
-bool ranks_agree(const std::vector<io::FitRecord>& records) {
-  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the fitted parameters' bits
-  for (const auto& f : records)
-    for (double x : f.result.x) {
-      std::uint64_t bits;
-      std::memcpy(&bits, &x, sizeof bits);
-      h = (h ^ bits) * 1099511628211ULL;
-    }
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(mpi::size_of(MPI_COMM_WORLD)));
-  MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
-  return std::all_of(all.begin(), all.end(), [&](std::uint64_t o) { return o == h; });
-}
-#endif
-
 /// Runs `body(lik)` on a likelihood on `policy` with the storage the model's templates call for,
 /// over `shards` reading their templates from `part` (or, without shards, over the whole model).
 template <class Policy, class Body>
@@ -742,10 +725,6 @@ int main(int argc, char** argv) {
       return run_with_method(lik, a, in);
     };
     fits = with_likelihood(a, model, shards, ro, lo, run_all);
-#ifdef FITLIB_FIT_MPI
-    if (a.ranks > 1 && !ranks_agree(fits.records))
-      throw usage_error("the MPI ranks fitted different parameters; run the same fitlib-fit binary on identical CPUs on every rank");
-#endif
     bool all_converged = true;
     for (const auto& f : fits.records) all_converged = all_converged && f.result.converged();
     if (a.rank > 0) return all_converged ? 0 : 3;  // rank 0 writes and reports

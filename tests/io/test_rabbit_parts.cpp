@@ -414,8 +414,8 @@ TEST_CASE("hdf5: RowReader reads ranges of rows with hyperslabs, whatever the st
             std::vector<double>(big.begin() + static_cast<std::ptrdiff_t>(8 * r0), big.begin() + static_cast<std::ptrdiff_t>(8 * (r0 + m))));
     }
   }
-  CHECK(hdf5::read_doubles_rows(f, "flat", 2, 2).values == std::vector<double>(small.begin() + 48, small.begin() + 96));
-  const auto p = hdf5::read_int64s_rows(f, "pairs", 10, 3);
+  CHECK(hdf5::RowReader<double>(f, "flat").read(2, 2).values == std::vector<double>(small.begin() + 48, small.begin() + 96));
+  const auto p = hdf5::RowReader<std::int64_t>(f, "pairs").read(10, 3);
   CHECK(p.shape == std::vector<std::size_t>{3, 2});
   CHECK(p.values == std::vector<std::int64_t>{30, 31, 33, 34, 36, 37});
   const hdf5::RowReader<std::int64_t> pr(f, "pairs");

@@ -16,6 +16,9 @@
 
 namespace fitlib {
 
+/// The work of one bin of dense templates: every cell's row, and the cell.
+inline index_t dense_bin_work(index_t nprocs, index_t ncoef) { return nprocs * (ncoef + 1); }
+
 /// The work one evaluation spends on each unmasked bin, in template entries: the stored logk
 /// entries of its cells (every cell's ncoef with dense templates, the non-zero ones with sparse),
 /// plus one per cell for the cell's own algebra.
@@ -23,7 +26,7 @@ inline std::vector<index_t> bin_work(const Model& model) {
   const index_t nb = model.nbins();
   std::vector<index_t> w(static_cast<std::size_t>(nb));
   if (!model.sparse) {
-    std::fill(w.begin(), w.end(), model.nprocs() * (model.ncoef() + 1));
+    std::fill(w.begin(), w.end(), dense_bin_work(model.nprocs(), model.ncoef()));
     return w;
   }
   const SparseTemplates& t = *model.sparse;

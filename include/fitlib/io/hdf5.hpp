@@ -1195,19 +1195,6 @@ class RowReader {
   std::size_t row_size_ = 1;
 };
 
-/// Rows [row0, row0 + nrows) of the leading (logical) dimension of a numeric dataset as doubles, shaped
-/// `[nrows, rest...]`, read with one hyperslab read (RowReader; to read several ranges, keep a RowReader).
-/// Checks and errors as `read_doubles`, the read limit applying to the rows read.
-inline Array<double> read_doubles_rows(const Location& loc, const std::string& name, std::size_t row0, std::size_t nrows,
-                                       bool accept_integers = false) {
-  return RowReader<double>(loc, name, accept_integers).read(row0, nrows);
-}
-
-/// Rows [row0, row0 + nrows) of an integer dataset as int64 (as `read_doubles_rows`; checks as `read_int64s`).
-inline Array<std::int64_t> read_int64s_rows(const Location& loc, const std::string& name, std::size_t row0, std::size_t nrows) {
-  return RowReader<std::int64_t>(loc, name).read(row0, nrows);
-}
-
 /// A string dataset (variable-length or fixed-length, ASCII or UTF-8, any rank) as strings, row-major.
 inline std::vector<std::string> read_strings(const Location& loc, const std::string& name) {
   const ErrorSilencer quiet;

@@ -137,7 +137,7 @@ class Reader {
     require("hnorm", "nominal yields");
     dense_nbins(hdf5::RowReader<double>(f_, "hnorm").shape());
     const std::size_t nc = dense_logk_columns(hdf5::RowReader<double>(f_, "hlogk").shape());
-    return std::vector<index_t>(nb_, static_cast<index_t>(np_ * (nc + 1)));
+    return std::vector<index_t>(nb_, fitlib::dense_bin_work(static_cast<index_t>(np_), static_cast<index_t>(nc)));
   }
 
   /// bin_work of a sparse tensor: each non-zero cell's non-zero hlogk_sparse entries and one, streaming

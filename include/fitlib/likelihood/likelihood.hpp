@@ -338,19 +338,20 @@ class Likelihood {
     const bool coupled = opts_.data_term == DataTerm::covariance;
     if (coupled) rows_.resize(model_->nbins(), n);
     const std::span<const index_t> slots = bind_columns(nx);
+    const std::uint64_t mark = inputs_mark(x, {});
     for (index_t j = 0; j < nx; ++j) {
       BlockView<double> hj = hess.block_cols(j * n, n);
       const index_t len = n * n + stamped();
       local_.resize(shards_.size() * static_cast<std::size_t>(len));
       for_each_shard([&](std::size_t k) {
         const index_t b0 = data_offset(k);
-        stamp(local_.data() + k * static_cast<std::size_t>(len), len, x, {});
+        stamp(local_.data() + k * static_cast<std::size_t>(len), len, mark);
         shards_[k].hessian(x, j, BlockView<double>(local_.data() + k * static_cast<std::size_t>(len), n, n),
                            coupled ? data_rows(y_, b0, k) : ConstBlockView<double>{},
                            coupled ? BlockView<double>(rows_.data() + b0, shards_[k].ndata(), n, rows_.rows()) : BlockView<double>{},
                            slots.empty() ? 0 : slots[static_cast<std::size_t>(j)]);
       });
-      const double* all = gathered(len, x, {});
+      const double* all = gathered(len, mark);
       for (index_t k = 0; k < total_shards_; ++k) put(hj, ConstBlockView<double>(all + k * len, n, n), k == 0);
       if (coupled) covariance_.add_curvature(j, rows_, hj);
     }
@@ -525,8 +526,6 @@ class Likelihood {
 
   bool distributed() const { return exchange_.size() > 1; }
 
-  /// Every process's shard count and bins (the same on each): the layout of the gathered partials.
-  /// The processes' bins must follow one another in process order and cover every bin once.
   /// Shard ranges given to the constructor: contiguous, each with a data bin, all of them in one
   /// process (over MPI ranks, gather_layout checks that the ranks' follow one another).
   std::vector<BinRange> check_shards(std::vector<BinRange> shards, const TemplateSource& part) const {
@@ -559,6 +558,8 @@ class Likelihood {
     return m;
   }
 
+  /// Every process's shard count and bins (the same on each): the layout of the gathered partials.
+  /// The processes' bins must follow one another in process order and cover every bin once.
   /// `failed`: this process's own construction failed (then every process throws).
   void gather_layout(const std::exception_ptr& failed) {
     const auto np = static_cast<std::size_t>(exchange_.size());
@@ -589,17 +590,17 @@ class Likelihood {
 
   /// The rows of every shard's partials (`len` each), this process's in `local_`: itself in one
   /// process, else gathered from every process in rank (hence shard) order, each row stamped with
-  /// the inputs it was evaluated at (x, v). Every rank runs the same minimizer on the same sums, so
-  /// the stamps agree; if they ever do not (different binaries or CPUs, a callback that decides by
-  /// the clock), every rank stops here rather than wait in a later gather the others never reach.
-  const double* gathered(index_t len, ConstBlockView<double> x, ConstBlockView<double> v) {
+  /// the mark of the inputs it was evaluated at (inputs_mark). Every rank runs the same minimizer on
+  /// the same sums, so the marks agree; if they ever do not (different binaries or CPUs, a callback
+  /// that decides by the clock), every rank stops here rather than wait in a later gather the
+  /// others never reach.
+  const double* gathered(index_t len, std::uint64_t mine) {
     if (!distributed()) return local_.data();
     std::vector<index_t> counts(shards_of_rank_.size());
     for (std::size_t r = 0; r < counts.size(); ++r) counts[r] = shards_of_rank_[r] * len;
     all_.resize(static_cast<std::size_t>(total_shards_ * len));
     exchange_.all_gather(std::span<const double>(local_.data(), shards_.size() * static_cast<std::size_t>(len)), std::span<double>(all_),
                          std::span<const index_t>(counts));
-    const std::uint64_t mine = inputs_stamp(x, v);
     for (index_t k = 0; k < total_shards_; ++k)
       if (std::bit_cast<std::uint64_t>(all_[static_cast<std::size_t>((k + 1) * len - 1)]) != mine)
         throw usage_error("the MPI ranks evaluated the likelihood at different parameters (shard " + std::to_string(k) +
@@ -607,13 +608,14 @@ class Likelihood {
                           "identical CPUs, and stop fits by iterates, not by time");
     return all_.data();
   }
-  /// Over MPI ranks each row of partials carries one more value: the stamp of its inputs.
+  /// Over MPI ranks each row of partials carries one more value: the mark of its inputs.
   index_t stamped() const { return distributed() ? 1 : 0; }
-  void stamp(double* row, index_t len, ConstBlockView<double> x, ConstBlockView<double> v) const {
-    if (distributed()) row[len - 1] = std::bit_cast<double>(inputs_stamp(x, v));
+  void stamp(double* row, index_t len, std::uint64_t mark) const {
+    if (distributed()) row[len - 1] = std::bit_cast<double>(mark);
   }
-  /// The bits of x and v folded into one word (FNV-1a).
-  static std::uint64_t inputs_stamp(ConstBlockView<double> x, ConstBlockView<double> v) {
+  /// The bits of x and v folded into one word (FNV-1a), once per evaluation; 0 in one process.
+  std::uint64_t inputs_mark(ConstBlockView<double> x, ConstBlockView<double> v) const {
+    if (!distributed()) return 0;
     std::uint64_t h = 1469598103934665603ULL;
     for (const ConstBlockView<double>* b : {&x, &v})
       for (index_t j = 0; j < b->cols; ++j)
@@ -667,9 +669,10 @@ class Likelihood {
     if (backward) {
       const index_t at_g = f.empty() || coupled ? 0 : nx, at_hv = at_g + (g.empty() ? 0 : n * nx), len = at_hv + n * nv + stamped();
       local_.resize(shards_.size() * static_cast<std::size_t>(len));
+      const std::uint64_t mark = inputs_mark(x, v);
       for_each_shard([&](std::size_t k) {
         double* row = local_.data() + k * static_cast<std::size_t>(len);
-        stamp(row, len, x, v);
+        stamp(row, len, mark);
         PartialRequest rq;
         rq.x = x;
         rq.v = v;
@@ -683,7 +686,7 @@ class Likelihood {
         if (nv > 0) rq.hvp = BlockView<double>(row + at_hv, n, nv);
         shards_[k].partials(rq);
       });
-      const double* all = gathered(len, x, v);
+      const double* all = gathered(len, mark);
       for (index_t k = 0; k < total_shards_; ++k) {
         const double* row = all + k * len;
         if (at_g > 0) put(BlockView<double>(f.data(), 1, nx), ConstBlockView<double>(row, 1, nx), k == 0);
