@@ -145,7 +145,7 @@ void BM_Hessian(benchmark::State& state, Config c) {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  std::printf("triad bandwidth %.1f GB/s, Eigen DGEMM %.1f GFLOP/s\n", triad_bandwidth() / 1e9, dgemm_rate() / 1e9);
+  fitlib::bench::report_machine_limits();
   // One configuration at a time, all three kernels on it, so each model is built once.
   for (index_t bins : {1000, 10000, 100000})
     for (index_t nsyst : {100, 1000})

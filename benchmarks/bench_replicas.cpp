@@ -187,8 +187,7 @@ void BM_TemplateProducts(benchmark::State& state, Config c, int n) {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  std::printf("triad bandwidth %.1f GB/s, Eigen DGEMM %.1f GFLOP/s, ceiling of the throughput ratio %.2f\n",
-              bench::triad_bandwidth() / 1e9, bench::dgemm_rate() / 1e9, bench::dgemm_rate() * 8 / (4 * bench::triad_bandwidth()));
+  bench::report_machine_limits({{"throughput_ratio_ceiling", bench::dgemm_rate() * 8 / (4 * bench::triad_bandwidth())}});
   for (const Config& c : {small, medium, medium_asymmetric}) {
     for (int n : {1, 8, 64}) {
       for (bool hvp : {false, true}) {

@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <initializer_list>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <fitlib/config.hpp>
@@ -76,6 +80,20 @@ inline double dgemm_rate() {
     return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best;
   }();
   return rate;
+}
+
+/// Puts the machine's limits (and any `extra` figures) into Google Benchmark's context, which its JSON
+/// output carries, and on stderr, so that stdout stays valid JSON with --benchmark_format=json.
+inline void report_machine_limits(std::initializer_list<std::pair<const char*, double>> extra = {}) {
+  const double triad = triad_bandwidth() / 1e9, dgemm = dgemm_rate() / 1e9;
+  benchmark::AddCustomContext("triad_GBs", std::to_string(triad));
+  benchmark::AddCustomContext("dgemm_GFLOPs", std::to_string(dgemm));
+  std::fprintf(stderr, "triad bandwidth %.1f GB/s, Eigen DGEMM %.1f GFLOP/s", triad, dgemm);
+  for (const auto& [name, value] : extra) {
+    benchmark::AddCustomContext(name, std::to_string(value));
+    std::fprintf(stderr, ", %s %.3g", name, value);
+  }
+  std::fprintf(stderr, "\n");
 }
 
 }  // namespace fitlib::bench

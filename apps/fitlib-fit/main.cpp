@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,7 @@
 
 #include "fitlib/fit.hpp"
 #include "fitlib/io/rabbit.hpp"
+#include "fitlib/io/output_file.hpp"
 #include "fitlib/io/results.hpp"
 #include "fitlib/io/sha256.hpp"
 #ifdef FITLIB_FIT_MPI  // built with MPI: `mpirun -n K fitlib-fit …` splits the bins over K ranks
@@ -34,8 +36,10 @@ namespace {
 /// Everything the command line sets.
 struct Args {
   std::string input, output = "fitresults.hdf5";
+  std::string plugin_path;  ///< --hdf5PluginPath
   bool json = false, quiet = false;
   std::vector<int> toys = {-1};
+  std::string seed_text = "123456789";  ///< as given; `seed` once checked
   std::uint64_t seed = 123456789;
   std::string toys_syst = "frequentist", toys_data = "poisson", toys_data_mode = "expected";
   int replica_batch = 0;
@@ -61,6 +65,55 @@ struct Args {
   int threads = 1;
   index_t rank = 0, ranks = 1;  ///< this process's MPI rank and the number of ranks (1 without mpirun)
 };
+
+/// --seed as given: a decimal number 0 … 2⁶⁴−1 (CLI11 would wrap -1 and saturate larger ones, so that
+/// two different seeds gave the same toys).
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end)
+    throw usage_error("--seed '" + text + "' is not a whole number from 0 to 18446744073709551615 (2⁶⁴−1)");
+  return v;
+}
+
+/// The JSON summary beside the results file (--json).
+std::string json_path(const Args& a) { return std::filesystem::path(a.output).replace_extension(".json").string(); }
+
+/// Whether a fit is one of the toys (named toy<i>), which stdout summarises as a table, not one by one.
+bool is_toy(const io::FitRecord& f) { return f.name.rfind("toy", 0) == 0; }
+
+/// Where HDF5 looks for filter plugins (Blosc2 for real rabbit tensors), first to last: --hdf5PluginPath,
+/// $FITLIB_HDF5_PLUGIN_PATH (':'-separated), the plugins scripts/install-deps.sh put in .deps/, HDF5's own
+/// path (HDF5_PLUGIN_PATH or its default) and, if Blosc2 is still missing, the directory of an importable
+/// Python `hdf5plugin`. Set through HDF5's API, so that no variable has to be exported into the shell,
+/// where it would also redirect h5py (and break hdf5plugin's writes in rabbit's TensorWriter).
+void find_filter_plugins(const std::string& option) {
+  std::vector<std::string> dirs;
+  auto add = [&](const std::string& list) {
+    for (std::size_t b = 0; b <= list.size();) {
+      const std::size_t e = std::min(list.find(':', b), list.size());
+      if (e > b) dirs.push_back(list.substr(b, e - b));
+      b = e + 1;
+    }
+  };
+  add(option);
+  if (const char* env = std::getenv("FITLIB_HDF5_PLUGIN_PATH")) add(env);
+#ifdef FITLIB_HDF5_PLUGIN_DIR
+  if (std::filesystem::is_directory(FITLIB_HDF5_PLUGIN_DIR)) dirs.emplace_back(FITLIB_HDF5_PLUGIN_DIR);
+#endif
+  for (auto& d : io::hdf5::plugin_search_path()) dirs.push_back(std::move(d));
+  io::hdf5::set_plugin_search_path(dirs);
+  if (io::hdf5::filter_available(32026)) return;
+  std::FILE* py = popen("python3 -c 'import hdf5plugin, sys; sys.stdout.write(hdf5plugin.PLUGINS_PATH)' 2>/dev/null", "r");
+  if (py == nullptr) return;
+  std::string dir;
+  for (char buf[512]; const std::size_t n = std::fread(buf, 1, sizeof buf, py);) dir.append(buf, n);
+  if (pclose(py) == 0 && std::filesystem::is_directory(dir)) {
+    dirs.push_back(dir);
+    io::hdf5::set_plugin_search_path(dirs);
+  }
+}
 
 template <class E>
 E choose(const std::string& option, const std::string& value, const std::map<std::string, E>& choices) {
@@ -140,11 +193,20 @@ Blinding make_blinding(const Model& m, const std::vector<std::string>& names, co
   b.scale.assign(n, 1.0);
   b.shift.assign(n, 0.0);
   if (a.unblind_all) return b;
-  std::vector<std::regex> keep;
-  for (const auto& u : a.unblind) keep.emplace_back(u);
+  // As --freezeParameters: an exact name, or else a regular expression (one that is not valid must be a name).
+  std::vector<std::optional<std::regex>> keep;
+  for (const auto& u : a.unblind) {
+    const bool is_name = std::find(names.begin(), names.end(), u) != names.end();
+    try {
+      keep.emplace_back(std::regex(u));
+    } catch (const std::regex_error&) {
+      if (!is_name) throw usage_error("--unblind '" + u + "' is neither a parameter of the tensor nor a valid regular expression");
+      keep.emplace_back();
+    }
+  }
   auto unblinded = [&](const std::string& name) {
     for (std::size_t k = 0; k < keep.size(); ++k)
-      if (name == a.unblind[k] || std::regex_match(name, keep[k])) return true;
+      if (name == a.unblind[k] || (keep[k] && std::regex_match(name, *keep[k]))) return true;
     return false;
   };
   auto xi = [](const std::string& name) {
@@ -201,6 +263,41 @@ void blind(io::FitRecord& f, const Blinding& b) {
 
 // ---- the fits ---------------------------------------------------------------------------------
 
+/// Progress of a long stage on stderr (also with -q, which silences per-iteration lines only): nothing for
+/// a stage done within a second, then a line at most every 5 s with done/total, the time taken and the time
+/// left, and a last line when a stage that spoke ends.
+class StageProgress {
+ public:
+  using clock = std::chrono::steady_clock;
+  StageProgress(std::string what, index_t total) : what_(std::move(what)), total_(total) {}
+  StageProgress(const StageProgress&) = delete;
+  StageProgress& operator=(const StageProgress&) = delete;
+  ~StageProgress() {
+    if (spoke_) print("done in");
+  }
+  void advance(index_t n = 1) {
+    done_ += n;
+    const auto now = clock::now();
+    if (now - start_ >= std::chrono::seconds(1) && (!spoke_ || now - last_ >= std::chrono::seconds(5))) {
+      last_ = now;
+      spoke_ = true;
+      if (done_ < total_) print("running for");
+    }
+  }
+
+ private:
+  void print(const char* how) const {
+    const double t = std::chrono::duration<double>(clock::now() - start_).count();
+    std::fprintf(stderr, "fitlib-fit: %s: %td/%td %s %.1f s", what_.c_str(), done_, total_, how, t);
+    if (done_ > 0 && done_ < total_) std::fprintf(stderr, ", about %.0f s left", t / static_cast<double>(done_) * static_cast<double>(total_ - done_));
+    std::fprintf(stderr, "\n");
+  }
+  std::string what_;
+  index_t total_, done_ = 0;
+  clock::time_point start_ = clock::now(), last_ = start_;
+  bool spoke_ = false;
+};
+
 /// The options of every fit of the run; toys fitted in batches use them too, so that a batched toy
 /// is the same fit as a toy fitted alone.
 FitOptions fit_options(const Args& a) {
@@ -210,6 +307,15 @@ FitOptions fit_options(const Args& a) {
   fo.preconditioning = choose<Preconditioning>("--preconditioning", a.preconditioning,
                                                {{"none", Preconditioning::none}, {"diagonal", Preconditioning::diagonal}, {"cholesky", Preconditioning::cholesky}});
   return fo;
+}
+
+/// The scans' options, checked before any fit.
+ScanOptions scan_options(const Args& a) {
+  ScanOptions so;
+  so.points = a.scan_points;
+  so.range = a.scan_range;
+  so.validate();
+  return so;
 }
 
 /// What the options ask for after the fit in `rec` (full NLL, GoF, β̂, impacts, scans), with the
@@ -224,26 +330,31 @@ void postfit(io::FitRecord& rec, Lik& lik, const TrustRegion<Sub>& tr, const Arg
   rec.gof = saturated_gof(lik.model(), r);
   rec.bin_by_bin_per_bin = lik.bin_by_bin_per_bin();
   if (rec.bin_by_bin_per_bin > 0) rec.bin_by_bin = lik.bin_by_bin_parameters(r.x);
-  if (a.impacts) rec.impacts = traditional_impacts(lik, r);
-  if (a.global_impacts) rec.global_impacts = global_impacts(lik, r);
+  std::vector<std::string> params;
   if (a.do_scan) {
-    std::vector<std::string> params = a.scan;
+    params = a.scan;
     if (params.empty())
       for (index_t t : impact_targets(lik.model()))
         if (!r.frozen[static_cast<std::size_t>(t)]) params.push_back(r.names[static_cast<std::size_t>(t)]);
-    ScanOptions so;
-    so.points = a.scan_points;
-    so.range = a.scan_range;
-    for (const auto& p : params) {
-      // A scan needs a finite σ to set its range; without one (a failed covariance) the fit's results
-      // are still written, without that scan.
-      const double sigma = r.uncertainties[static_cast<std::size_t>(r.index(p))];
-      if (r.frozen[static_cast<std::size_t>(r.index(p))] || !(sigma > 0) || !std::isfinite(sigma)) {
-        std::fprintf(stderr, "fitlib-fit: warning: fit '%s': no scan of '%s' (frozen, or its uncertainty is %g)\n", rec.name.c_str(), p.c_str(), sigma);
-        continue;
-      }
-      rec.scans.push_back(profile_scan(lik, tr, r, p, so));
-    }
+  }
+  // Toys report their progress as a whole (run_toys), not each toy's postfit.
+  std::optional<StageProgress> progress;
+  if (!is_toy(rec))
+    progress.emplace("postfit of '" + rec.name + "' (impacts, scans)", index_t{a.impacts} + index_t{a.global_impacts} + static_cast<index_t>(params.size()));
+  auto advance = [&] {
+    if (progress) progress->advance();
+  };
+  if (a.impacts) rec.impacts = traditional_impacts(lik, r), advance();
+  if (a.global_impacts) rec.global_impacts = global_impacts(lik, r), advance();
+  for (const auto& p : params) {
+    // A scan needs a finite σ to set its range; without one (a failed covariance) the fit's results
+    // are still written, without that scan.
+    const double sigma = r.uncertainties[static_cast<std::size_t>(r.index(p))];
+    if (r.frozen[static_cast<std::size_t>(r.index(p))] || !(sigma > 0) || !std::isfinite(sigma))
+      std::fprintf(stderr, "fitlib-fit: warning: fit '%s': no scan of '%s' (frozen, or its uncertainty is %g)\n", rec.name.c_str(), p.c_str(), sigma);
+    else
+      rec.scans.push_back(profile_scan(lik, tr, r, p, scan_options(a)));
+    advance();
   }
   rec.postfit_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   rec.total_seconds = rec.minimize_seconds + rec.postfit_seconds;
@@ -258,7 +369,7 @@ io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const
   rec.name = name;
   const FitOptions fo = fit_options(a);
   ProgressPrinter progress(stderr, 1);
-  if (a.quiet) rec.result = fit(lik, tr, fo);
+  if (a.quiet || is_toy(rec)) rec.result = fit(lik, tr, fo);  // toys: one progress line for all (run_toys)
   else {
     std::fprintf(stderr, "fitlib-fit: fit '%s'\n", name.c_str());
     rec.result = fit(lik, tr, fo, progress);
@@ -321,6 +432,7 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
   const index_t width = replica_width(a, n);
   double seconds = 0;
   std::optional<BatchStatistics> pooled;
+  StageProgress progress(std::to_string(n) + " toys", n);
   if (width == 1) {
     for (int i = 1; i <= n; ++i) {
       const Toy toy = generate(i);
@@ -329,6 +441,7 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
       out.push_back(fit_one(lik, tr, a, "toy" + std::to_string(i), toy.data));
       lik.set_constraint_centres(m.theta0);
       seconds += out.back().minimize_seconds;
+      progress.advance();
     }
   } else {
     const ReplicaBatch<> batch(width);
@@ -343,7 +456,6 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
         in.data = std::move(toy.data);
         in.constraint_centres = std::move(toy.constraints.theta0);
       }
-      if (!a.quiet) std::fprintf(stderr, "fitlib-fit: fit 'toy%d' … 'toy%d', %td at a time\n", begin, end, width);
       lik.set_replicas(inputs);
       const std::vector<FitOptions> options(inputs.size(), fit_options(a));
       BatchResult b = batch.fit(lik, tr, std::span<const FitOptions>(options));
@@ -355,18 +467,23 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
       seconds += b.statistics.seconds;
       for (std::size_t k = 0; k < inputs.size(); ++k) {
         const std::string name = "toy" + std::to_string(begin + static_cast<int>(k));
-        // Alone, a toy whose fit threw would end the run; batched, it must not pass for a fit.
-        if (!b.replicas[k].error.empty()) throw fitlib::error("fit '" + name + "' failed: " + b.replicas[k].error);
         io::FitRecord rec;
         rec.name = name;
+        rec.error = std::move(b.replicas[k].error);
         rec.result = std::move(static_cast<FitResult&>(b.replicas[k]));
         // The batch's time shared evenly: the toys were minimised together, not one by one.
         rec.minimize_seconds = b.statistics.seconds / static_cast<double>(inputs.size());
-        lik.set_data(inputs[k].data);
-        lik.set_constraint_centres(inputs[k].constraint_centres);
-        postfit(rec, lik, tr, a, inputs[k].data);
-        lik.set_constraint_centres(m.theta0);
+        // A toy whose fit threw is kept as what it is (status aborted, its error), with every other toy.
+        if (rec.error.empty()) {
+          lik.set_data(inputs[k].data);
+          lik.set_constraint_centres(inputs[k].constraint_centres);
+          postfit(rec, lik, tr, a, inputs[k].data);
+          lik.set_constraint_centres(m.theta0);
+        } else {
+          std::fprintf(stderr, "fitlib-fit: warning: fit '%s' failed: %s\n", name.c_str(), rec.error.c_str());
+        }
         out.push_back(std::move(rec));
+        progress.advance();
       }
     }
     pooled->replicas = n;
@@ -399,6 +516,11 @@ Fits run_fits(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const io::Rab
   for (int t : a.toys) {
     if (t == -1) {
       const std::vector<double> asimov_data = asimov(lik, lik.default_parameters());
+      for (index_t b = 0; b < m.nbins(); ++b)
+        if (const double nu = asimov_data[static_cast<std::size_t>(b)]; !(nu >= 0))
+          throw usage_error("the Asimov data (-t -1, the expectation at the default parameters) of " + m.describe_bin(b) + " is " +
+                            std::to_string(nu) + "; a bin's total expectation must be ≥ 0 to be fitted as data (--allowNegativeExpectation "
+                            "allows negative yields of single processes only)");
       lik.set_data(asimov_data);
       out.push_back(fit_one(lik, tr, a, "asimov", asimov_data));
     } else if (t == 0 && a.use_pseudodata) {
@@ -477,13 +599,20 @@ void print_summary(const Model& m, const io::FitRecord& f, bool squared_poi_off)
 
 /// The toys together: converged count, how fast, and per POI and NOI the spread of the fitted
 /// values and of the pulls.
-void print_toy_summary(const io::ToySummary& t) {
+void print_toy_summary(const io::ToySummary& t, std::span<const io::FitRecord> fits) {
   std::printf("\n== toys: %td of %td converged; minimisation %.3f s (%.4g toys/s), ", t.converged, t.toys, t.seconds, t.toys_per_second());
   if (t.batch)
     std::printf("%td at a time: %td pooled evaluations, active fraction %.3f\n", t.width, t.batch->evaluations, t.batch->active_fraction);
   else
     std::printf("one at a time\n");
-  std::printf("   %-32s %14s %12s %12s %12s\n", "parameter", "mean fitted", "std dev", "mean pull", "pull std dev");
+  // How the others ended (they are left out of the means below), most frequent first.
+  std::map<std::string, index_t> ended;
+  for (const auto& f : fits)
+    if (is_toy(f) && !f.result.converged()) ++ended[std::string(to_string(f.result.status))];
+  std::vector<std::pair<std::string, index_t>> order(ended.begin(), ended.end());
+  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  for (const auto& [status, count] : order) std::printf("   not converged: %td %s\n", count, status.c_str());
+  std::printf("   %-32s %14s %12s %12s %12s\n", "parameter (converged toys)", "mean fitted", "std dev", "mean pull", "pull std dev");
   for (const auto& p : t.targets)
     std::printf("   %-32s %14.6g %12.6g %+12.4f %12.4f\n", p.name.c_str(), p.value.mean, p.value.stddev, p.pull.mean, p.pull.stddev);
 }
@@ -584,14 +713,41 @@ auto with_likelihood(const Args& a, std::shared_ptr<const Model> model, const st
   return with_storage(cpu::Threads{a.threads}, std::move(model), shards, part, lo, body);
 }
 
+/// A library message with the library's option fields replaced by the flags that set them here, so that a
+/// user reads what to type (each pair: the field's name in fitlib's API, the flag).
+std::string in_command_line_terms(std::string message) {
+  static const std::pair<std::string_view, std::string_view> flags[] = {
+      {"set LikelihoodOptions::allow_negative_poi", "pass --allowNegativePOI"},
+      {"LikelihoodOptions::allow_negative_poi", "--allowNegativePOI"},
+      {"set RabbitReadOptions::allow_negative_yields", "pass --allowNegativeExpectation"},
+      {"RabbitReadOptions::allow_negative_yields", "--allowNegativeExpectation"},
+      {"RabbitReadOptions::systematic_type", "--systematicType"},
+      {"LikelihoodOptions::bin_by_bin.min_kstat", "--minBBKstat"},
+      {"ScanOptions::points", "--scanPoints"},
+      {"ScanOptions::range", "--scanRange"},
+      {"TrustRegionOptions::edm_tol", "--minimizerEdmTol"},
+      {"TrustRegionOptions::gtol", "--minimizerGtol"},
+      {"TrustRegionOptions::maxiter", "--minimizerMaxiter"},
+      {"use DataTerm::poisson or supply variances", "drop --chisqFit (the Poisson term needs no variances) or give the tensor hdata_var"},
+      {"supply a valid Model::data_covariance_inverse", "check the tensor's hdata_cov_inv (--covarianceFit), or drop --covarianceFit"},
+      {"Model::data_covariance_inverse", "the tensor's hdata_cov_inv"},
+      {"FileOptions::max_read_bytes", "the read limit (the machine's memory)"},
+  };
+  for (const auto& [field, flag] : flags)
+    for (std::size_t at = message.find(field); at != std::string::npos; at = message.find(field, at + flag.size()))
+      message.replace(at, field.size(), flag);
+  return message;
+}
+
 /// Reports bad input (exit status 2). Under MPI a rank that fails ends every rank, since the
 /// others may be waiting for it in a collective; each rank that got there says which it is.
-int fail(const Args& a, const char* what) {
+int fail(const Args& a, const char* library_message) {
+  const std::string what = in_command_line_terms(library_message);
   if (a.ranks == 1) {
-    std::fprintf(stderr, "fitlib-fit: error: %s\n", what);
+    std::fprintf(stderr, "fitlib-fit: error: %s\n", what.c_str());
     return 2;
   }
-  std::fprintf(stderr, "fitlib-fit: error on rank %td of %td: %s\n", a.rank, a.ranks, what);
+  std::fprintf(stderr, "fitlib-fit: error on rank %td of %td: %s\n", a.rank, a.ranks, what.c_str());
 #ifdef FITLIB_FIT_MPI
   MPI_Abort(MPI_COMM_WORLD, 2);
 #endif
@@ -611,15 +767,19 @@ int main(int argc, char** argv) {
   app.get_formatter()->column_width(40);
   app.footer(
       "Exit status: 0 when every fit converged; 3 when one did not (its status is in the results, which are still\n"
-      "written); 2 for bad input (the message names the file, dataset, option or parameter and the remedy).\n"
-      "Real rabbit tensors are Blosc2-compressed: set HDF5_PLUGIN_PATH to a filter plugin directory\n"
-      "(pip install hdf5plugin; python3 -c 'import hdf5plugin; print(hdf5plugin.PLUGINS_PATH)').");
+      "written); 2 for bad input (the message names the file, dataset, option or parameter and the remedy), checked\n"
+      "before any fit; 4 when the results could not be written (they are still printed; an earlier results file\n"
+      "at -o is left as it was).\n"
+      "Real rabbit tensors are Blosc2-compressed: fitlib-fit finds the filter plugin that scripts/install-deps.sh\n"
+      "installs, or one given by --hdf5PluginPath or FITLIB_HDF5_PLUGIN_PATH, or that of an importable Python\n"
+      "hdf5plugin (pip install hdf5plugin); HDF5_PLUGIN_PATH need not be set.");
   app.add_option("tensor", a.input, "rabbit input tensor (HDF5, dense or sparse)")->required();
+  app.add_option("--hdf5PluginPath", a.plugin_path, "directory (or ':'-separated list) of HDF5 filter plugins, searched first");
   app.add_option("-o,--output", a.output, "results file (HDF5; docs/results-format.md)")->capture_default_str();
   app.add_flag("--json", a.json, "also write a JSON summary next to the results file (same name, .json)");
   app.add_flag("-q,--quiet", a.quiet, "no per-iteration progress on stderr");
   app.add_option("-t,--toys", a.toys, "fits to run: -1 Asimov, 0 observed data, N toys 1..N (several allowed)")->capture_default_str();
-  app.add_option("--seed", a.seed, "random seed of the toys; toy i draws from (seed, i) only")->capture_default_str();
+  app.add_option("--seed", a.seed_text, "random seed of the toys, 0 … 2⁶⁴−1; toy i draws from (seed, i) only")->capture_default_str();
   app.add_option("--toysSystRandomize", a.toys_syst, "constraint randomisation of toys: frequentist, bayesian, none")->capture_default_str();
   app.add_option("--toysDataRandomize", a.toys_data, "data fluctuation of toys: poisson, normal, none")->capture_default_str();
   app.add_option("--toysDataMode", a.toys_data_mode, "centre of the toys' data: expected, observed")->capture_default_str();
@@ -661,7 +821,13 @@ int main(int argc, char** argv) {
                       ->expected(0, -1);
   app.add_option("--threads", a.threads, "threads: the bins split into as many shards, evaluated concurrently (results depend on the count only through the order of the shard sums)")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; every malformed command line exits 2, as the footer says (not CLI11's own codes).
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
   // An option given without values leaves one empty string behind in CLI11 2.1.
   for (auto* v : {&a.pseudodata, &a.scan, &a.unblind}) std::erase(*v, std::string());
   a.use_pseudodata = pd->count() > 0;
@@ -673,6 +839,18 @@ int main(int argc, char** argv) {
     if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan))
       throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts or --scan; drop one of them");
     if (a.threads < 1) throw usage_error("--threads must be ≥ 1, got " + std::to_string(a.threads));
+    a.seed = parse_seed(a.seed_text);
+    find_filter_plugins(a.plugin_path);
+    // The outputs are checked before anything is computed, so that no run's work is lost to a bad path.
+    if (a.rank == 0) {
+      io::check_output_path(a.output, "-o/--output", {a.input});
+      if (a.json) {
+        if (json_path(a) == a.output)
+          throw usage_error("-o/--output '" + a.output + "' ends in .json, so with --json the JSON summary would replace the HDF5 results; "
+                            "name the results file .hdf5 (the summary goes beside it as .json)");
+        io::check_output_path(json_path(a), "the JSON summary (--json)", {a.input});
+      }
+    }
     if (a.ranks > 1 && a.covariance)
       throw usage_error("--covarianceFit couples every bin through the inverse data covariance, which no MPI rank holds alone; run "
                         "fitlib-fit without mpirun (--threads splits the bins over threads), or use --chisqFit or the Poisson term");
@@ -686,13 +864,7 @@ int main(int argc, char** argv) {
                         std::to_string(a.replica_batch));
     const LikelihoodOptions lo = likelihood_options(a);
     (void)toy_options(a);
-    for (const auto& u : a.unblind) {
-      try {
-        std::regex re(u);
-      } catch (const std::regex_error&) {
-        throw usage_error("--unblind '" + u + "' is not a valid regular expression");
-      }
-    }
+    (void)scan_options(a);
     const auto t0 = std::chrono::steady_clock::now();
     io::RabbitReadOptions ro;
     ro.allow_negative_yields = a.allow_negative_expectation;
@@ -734,12 +906,25 @@ int main(int argc, char** argv) {
     run.input_sha256 = in.sha256;
     for (int i = 0; i < argc; ++i) run.command_line += (i ? " " : "") + std::string(argv[i]);
     run.options = options_json(a);
-    io::write_results(a.output, run, fits.records, fits.toys);
-    if (a.json) io::write_results_json(std::filesystem::path(a.output).replace_extension(".json").string(), run, fits.records, fits.toys);
-    for (const auto& f : fits.records) print_summary(*model, f, a.allow_negative_poi);
-    if (fits.toys) print_toy_summary(*fits.toys);
+    // A failed write (a full disk, a vanished directory) still shows the results on stdout; any earlier
+    // file at the output paths is left as it was (io::ReplacingFile).
+    std::string write_error;
+    try {
+      io::write_results(a.output, run, fits.records, fits.toys);
+      if (a.json) io::write_results_json(json_path(a), run, fits.records, fits.toys);
+    } catch (const fitlib::error& e) {
+      write_error = e.what();
+    }
+    for (const auto& f : fits.records)
+      if (!is_toy(f)) print_summary(*model, f, a.allow_negative_poi);
+    if (fits.toys) print_toy_summary(*fits.toys, fits.records);
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("\nwrote %s%s; total %.3f s\n", a.output.c_str(), a.json ? " and its .json summary" : "", total);
+    if (!write_error.empty()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "fitlib-fit: error: the results were computed but could not be written: %s\n", write_error.c_str());
+      return 4;
+    }
+    std::printf("\nwrote %s%s; total %.3f s\n", a.output.c_str(), a.json ? (" and " + json_path(a)).c_str() : "", total);
     return all_converged ? 0 : 3;
   } catch (const fitlib::error& e) {
     return fail(a, e.what());

@@ -370,6 +370,29 @@ class File : public Location {
     if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) throw file_error("cannot flush '" + file_name() + "': " + detail::stack_message());
   }
 
+  /// Creates a file held in memory only (HDF5's core driver, no backing store); `name` is used in
+  /// messages. `image()` then gives its bytes, for a writer that puts them on disk itself.
+  static File create_in_memory(const std::string& name, FileOptions opts = {}) {
+    const ErrorSilencer quiet;
+    Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    if (!fapl || H5Pset_fapl_core(fapl.get(), 1 << 20, 0) < 0)
+      throw file_error("cannot set up an in-memory HDF5 file for '" + name + "': " + detail::stack_message());
+    Handle f(H5Fcreate(detail::image_name(name).c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()), H5Fclose);
+    if (!f) throw file_error("cannot create an in-memory HDF5 file for '" + name + "': " + detail::stack_message());
+    return File(std::move(f), name, opts);
+  }
+
+  /// The bytes of the file as it would be on disk (everything written so far, flushed).
+  std::vector<std::byte> image() const {
+    flush();
+    const ErrorSilencer quiet;
+    const ssize_t size = H5Fget_file_image(id(), nullptr, 0);
+    std::vector<std::byte> bytes(size > 0 ? static_cast<std::size_t>(size) : 0);
+    if (size < 0 || H5Fget_file_image(id(), bytes.data(), bytes.size()) != size)
+      throw file_error("cannot take the image of '" + file_name() + "': " + detail::stack_message());
+    return bytes;
+  }
+
  private:
   File(Handle h, const std::string& name, FileOptions opts) {
     auto info = std::make_shared<detail::FileInfo>();
@@ -475,6 +498,14 @@ inline void set_plugin_search_path(const std::vector<std::string>& dirs) {
     if (H5PLappend(d.c_str()) < 0) throw file_error("cannot add '" + d + "' to HDF5's plugin search path: " + detail::stack_message());
 }
 
+/// Whether this HDF5 can apply filter `id` now (built in, registered, or loaded from the plugin search path).
+inline bool filter_available(int id) {
+  const ErrorSilencer quiet;
+  const bool ok = H5Zfilter_avail(static_cast<H5Z_filter_t>(id)) > 0;
+  H5Eclear2(H5E_DEFAULT);
+  return ok;
+}
+
 namespace detail {
 
 /// Opens the dataset `name` below `loc`, with messages for a missing link or a non-dataset object.
@@ -529,8 +560,9 @@ inline std::string missing_filters(const Location& loc, const std::string& name,
     std::string msg = loc.describe("dataset", name) + " is compressed with HDF5 filter " + std::to_string(f.id) + " (" + f.name +
                       "), which this HDF5 library cannot decode: no plugin for it was found (searched: " +
                       (searched.empty() ? std::string("nothing") : searched) +
-                      "). Install an HDF5 filter plugin and point HDF5_PLUGIN_PATH at its directory, e.g. `pip install hdf5plugin` and "
-                      "HDF5_PLUGIN_PATH=$(python3 -c 'import hdf5plugin; print(hdf5plugin.PLUGINS_PATH)')";
+                      "). Install a filter plugin (`pip install hdf5plugin` has one) and give its directory to fitlib-fit "
+                      "--hdf5PluginPath (or FITLIB_HDF5_PLUGIN_PATH; in a program, io::hdf5::set_plugin_search_path): "
+                      "python3 -c 'import hdf5plugin; print(hdf5plugin.PLUGINS_PATH)' prints it";
     if (f.id == 32001) msg += "; on Debian, the package hdf5-filter-plugin-blosc-serial also provides the Blosc filter";
     return msg;
   }

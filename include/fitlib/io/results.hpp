@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fitlib/io/hdf5.hpp"
+#include "fitlib/io/output_file.hpp"
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/postfit/gof.hpp"
 #include "fitlib/postfit/impacts.hpp"
@@ -36,6 +37,7 @@ struct FitRecord {
   std::vector<double> bin_by_bin;         ///< β̂ `[nbins × bin_by_bin_per_bin]`, or empty
   index_t bin_by_bin_per_bin = 0;
   std::vector<std::string> blinded;       ///< parameters reported in blinded coordinates
+  std::string error;                      ///< why the fit failed where it threw (its status is then `aborted`), or empty
   double minimize_seconds = 0, postfit_seconds = 0, total_seconds = 0;
 };
 
@@ -74,6 +76,17 @@ inline nlohmann::json finite_or_null(const std::vector<double>& v) {
   nlohmann::json a = nlohmann::json::array();
   for (double x : v) a.push_back(finite_or_null(x));
   return a;
+}
+
+/// A symmetric `[n × n]` matrix as a list of rows (JSON nulls for non-finite entries).
+inline nlohmann::json matrix_rows(const std::vector<double>& m, std::size_t n) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t i = 0; i < n; ++i) {
+    nlohmann::json row = nlohmann::json::array();
+    for (std::size_t j = 0; j < n; ++j) row.push_back(finite_or_null(m[i + j * n]));
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 inline std::vector<std::string> status_names(const std::vector<FitStatus>& s) {
@@ -166,12 +179,9 @@ inline nlohmann::json toys_json(const ToySummary& t) {
 
 }  // namespace detail
 
-/// Writes the run to `path` (created or truncated) in the layout of docs/results-format.md.
-inline void write_results(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits,
-                          const std::optional<ToySummary>& toys = std::nullopt) {
-  hdf5::FileOptions fo;
-  fo.compress = false;  // mostly covariance-sized matrices of full-precision numbers: gzip gains little, costs much
-  const hdf5::File file = hdf5::File::create(path, fo);
+namespace detail {
+
+inline void write_run(const hdf5::File& file, const RunInfo& run, const std::vector<FitRecord>& fits, const std::optional<ToySummary>& toys) {
   hdf5::write_attribute(file, "fitlib_version", std::string(FITLIB_VERSION_STRING));
   hdf5::write_attribute(file, "format_version", results_format_version);
   hdf5::write_attribute(file, "input_path", run.input_path);
@@ -188,6 +198,7 @@ inline void write_results(const std::string& path, const RunInfo& run, const std
     hdf5::write_attribute(g, "status", std::string(to_string(r.status)));
     hdf5::write_attribute(g, "converged", std::int64_t{r.converged() ? 1 : 0});
     hdf5::write_attribute(g, "covariance_status", std::string(to_string(r.covariance_status)));
+    if (!f.error.empty()) hdf5::write_attribute(g, "error", f.error);
     hdf5::write_attribute(g, "nll_reduced", r.nll);
     hdf5::write_attribute(g, "nll_full", f.nll_full);
     hdf5::write_attribute(g, "edm", r.edm);
@@ -205,7 +216,7 @@ inline void write_results(const std::string& path, const RunInfo& run, const std
     hdf5::write_strings(g, "blinded", f.blinded);
     if (r.covariance.size() == n * n) {  // symmetric: column-major reads the same as row-major
       hdf5::write(g, "covariance", std::span<const double>(r.covariance), {n, n});
-      const std::vector<double> corr = detail::correlation(r.covariance, n);
+      const std::vector<double> corr = correlation(r.covariance, n);
       hdf5::write(g, "correlation", std::span<const double>(corr), {n, n});
     }
     if (!f.bin_by_bin.empty())
@@ -217,16 +228,35 @@ inline void write_results(const std::string& path, const RunInfo& run, const std
       hdf5::write_attribute(s, "ndf", static_cast<std::int64_t>(f.gof->ndf));
       hdf5::write_attribute(s, "p_value", f.gof->p_value);
     }
-    if (f.impacts) detail::write_impacts(g, "impacts", *f.impacts);
-    if (f.global_impacts) detail::write_impacts(g, "global_impacts", *f.global_impacts);
+    if (f.impacts) write_impacts(g, "impacts", *f.impacts);
+    if (f.global_impacts) write_impacts(g, "global_impacts", *f.global_impacts);
     for (const Scan& s : f.scans) {
       const hdf5::Location sg = hdf5::create_group(g, "scans/" + s.parameter);
       hdf5::write(sg, "values", std::span<const double>(s.values));
       hdf5::write(sg, "dnll", std::span<const double>(s.dnll));
-      hdf5::write_strings(sg, "status", detail::status_names(s.status));
+      hdf5::write_strings(sg, "status", status_names(s.status));
     }
   }
-  if (toys) detail::write_toys(file, *toys);
+  if (toys) write_toys(file, *toys);
+}
+
+}  // namespace detail
+
+/// Writes the run to `path` in the layout of docs/results-format.md, whole or not at all: the file is built
+/// in memory and written by `write_file` (a temporary file renamed onto `path`), so a failure (a full disk,
+/// a signal) leaves an existing `path` untouched, and HDF5 never meets a failed disk write (HDF5 1.10
+/// crashes at exit on a file whose write failed). Throws `file_error` when the file cannot be written.
+inline void write_results(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits,
+                          const std::optional<ToySummary>& toys = std::nullopt) {
+  hdf5::FileOptions fo;
+  fo.compress = false;  // mostly covariance-sized matrices of full-precision numbers: gzip gains little, costs much
+  std::vector<std::byte> image;
+  {
+    const hdf5::File file = hdf5::File::create_in_memory(path, fo);
+    detail::write_run(file, run, fits, toys);
+    image = file.image();
+  }
+  write_file(path, image, "the results file");
 }
 
 /// The JSON summary of the run. The covariance is included up to `max_covariance_parameters`
@@ -247,6 +277,7 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
     fj["status"] = std::string(to_string(r.status));
     fj["converged"] = r.converged();
     fj["covariance_status"] = std::string(to_string(r.covariance_status));
+    if (!f.error.empty()) fj["error"] = f.error;
     fj["nll_reduced"] = detail::finite_or_null(r.nll);
     fj["nll_full"] = detail::finite_or_null(f.nll_full);
     fj["edm"] = detail::finite_or_null(r.edm);
@@ -261,7 +292,7 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
                                   {"uncertainty", detail::finite_or_null(r.uncertainties[i])},
                                   {"frozen", static_cast<bool>(r.frozen[i])}});
     if (r.x.size() <= max_covariance_parameters && r.covariance.size() == r.x.size() * r.x.size())
-      fj["covariance"] = detail::finite_or_null(r.covariance);
+      fj["covariance"] = detail::matrix_rows(r.covariance, r.x.size());
     if (f.gof) fj["saturated_gof"] = {{"chi2", detail::finite_or_null(f.gof->chi2)}, {"ndf", f.gof->ndf}, {"p_value", detail::finite_or_null(f.gof->p_value)}};
     if (f.impacts) fj["impacts"] = detail::impacts_json(*f.impacts);
     if (f.global_impacts) fj["global_impacts"] = detail::impacts_json(*f.global_impacts);
@@ -274,13 +305,12 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
   return j;
 }
 
-/// Writes `results_json` to `path`, indented.
+/// Writes `results_json` to `path`, indented, whole or not at all (`write_file`). JSON text is UTF-8:
+/// bytes of names or paths that are not (e.g. Latin-1 file names) are written as U+FFFD; the HDF5 file
+/// keeps them exactly.
 inline void write_results_json(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits,
                                const std::optional<ToySummary>& toys = std::nullopt) {
-  std::ofstream out(path);
-  if (!out) throw file_error("cannot write the JSON summary '" + path + "'; check that its directory exists and is writable");
-  out << results_json(run, fits, toys).dump(1) << '\n';
-  if (!out) throw file_error("writing the JSON summary '" + path + "' failed (disk full?)");
+  write_file(path, results_json(run, fits, toys).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + '\n', "the JSON summary");
 }
 
 }  // namespace fitlib::io

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: MIT
+// Results files: written whole or not at all, outputs checked before work, valid JSON whatever the bytes.
+#include <sys/resource.h>
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "fitlib/io/output_file.hpp"
+#include "fitlib/io/results.hpp"
+#include "temp_dir.hpp"
+
+using namespace fitlib;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// A fit record of `n` parameters with a covariance and toy-sized payload.
+io::FitRecord record(const std::string& name, std::size_t n) {
+  io::FitRecord f;
+  f.name = name;
+  FitResult& r = f.result;
+  for (std::size_t i = 0; i < n; ++i) r.names.push_back("p" + std::to_string(i));
+  r.x.assign(n, 1.5);
+  r.x0.assign(n, 1.0);
+  r.uncertainties.assign(n, 0.1);
+  r.gradient.assign(n, 0.0);
+  r.frozen.assign(n, false);
+  r.covariance.assign(n * n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) r.covariance[i * n + i] = 0.01;
+  r.covariance[1] = r.covariance[n] = 0.002;  // (1, 0) and (0, 1)
+  r.status = FitStatus::converged_edm;
+  r.nll = 12.5;
+  return f;
+}
+
+/// Files in `dir` whose names start with '.' (the temporary files of ReplacingFile).
+std::size_t hidden_files(const std::filesystem::path& dir) {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().filename().string().front() == '.';
+  return n;
+}
+
+/// Limits the size of files this process writes (RLIMIT_FSIZE, with SIGXFSZ ignored, so a write beyond it
+/// fails with EFBIG as a full disk fails with ENOSPC) for its lifetime.
+struct FileSizeLimit {
+  rlimit saved{};
+  void (*handler)(int) = nullptr;
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved);
+    handler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim = saved;
+    lim.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, handler);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("results: a write replaces the file whole, and a failed write leaves the old one", "[io][results]") {
+  test::TempDir dir;
+  const std::string path = dir / "fit.hdf5";
+  io::RunInfo run;
+  run.input_path = "tensor.hdf5";
+  io::write_results(path, run, {record("data", 4)});
+  const std::string before = slurp(path);
+  REQUIRE(!before.empty());
+  CHECK(hidden_files(dir.path) == 0);
+  {
+    const auto file = io::hdf5::File::open(path);
+    CHECK(io::hdf5::exists(file, "data/covariance"));
+  }
+
+  // Many large fits against a 64 KiB limit: the write fails part-way (the probe's full disk, C2/D1).
+  std::vector<io::FitRecord> many;
+  for (int i = 0; i < 40; ++i) many.push_back(record("toy" + std::to_string(i + 1), 60));
+  {
+    const FileSizeLimit limit(64 * 1024);
+    CHECK_THROWS_AS(io::write_results(path, run, many), io::file_error);
+    CHECK_THROWS_AS(io::write_results_json(dir / "fit.json", run, many), io::file_error);
+  }
+  CHECK(slurp(path) == before);
+  CHECK(!std::filesystem::exists(dir / "fit.json"));
+  CHECK(hidden_files(dir.path) == 0);
+
+  // Without the limit the same write succeeds and replaces the file.
+  io::write_results(path, run, many);
+  const auto file = io::hdf5::File::open(path);
+  CHECK(io::hdf5::exists(file, "toy40/covariance"));
+}
+
+TEST_CASE("results: the JSON summary is valid UTF-8 whatever the names hold, with the covariance as rows", "[io][results]") {
+  test::TempDir dir;
+  io::RunInfo run;
+  run.input_path = "caf\xe9.hdf5";  // Latin-1: not UTF-8
+  io::FitRecord f = record("data", 3);
+  f.result.names[0] = "lu\xffmi";
+  io::write_results_json(dir / "fit.json", run, {f});
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "fit.json"));
+  CHECK(j["input"]["path"] == "caf\xef\xbf\xbd.hdf5");  // U+FFFD
+  CHECK(j["fits"][0]["parameters"][0]["name"] == "lu\xef\xbf\xbdmi");
+  const auto& cov = j["fits"][0]["covariance"];
+  REQUIRE(cov.size() == 3);
+  REQUIRE(cov[0].size() == 3);
+  CHECK(cov[0][1].get<double>() == 0.002);
+  CHECK(cov[2][2].get<double>() == 0.01);
+  // The HDF5 file keeps the bytes as they are.
+  io::write_results(dir / "fit.hdf5", run, {f});
+  const auto file = io::hdf5::File::open(dir / "fit.hdf5");
+  CHECK(io::hdf5::read_strings(file, "data/parameters")[0] == "lu\xffmi");
+}
+
+TEST_CASE("results: outputs are checked before any work", "[io][results]") {
+  test::TempDir dir;
+  const std::string input = dir / "tensor.hdf5";
+  std::ofstream(input) << "x";
+  CHECK_THROWS_WITH(io::check_output_path(dir / "no/such/fit.hdf5", "-o"), Contains("does not exist") && Contains("mkdir"));
+  CHECK_THROWS_WITH(io::check_output_path(input, "-o", {input}), Contains("is the input"));
+  CHECK_THROWS_WITH(io::check_output_path((dir.path / "." / "tensor.hdf5").string(), "-o", {input}), Contains("is the input"));
+  CHECK_THROWS_WITH(io::check_output_path(dir.path.string(), "-o"), Contains("is a directory"));
+  CHECK_NOTHROW(io::check_output_path(dir / "fit.hdf5", "-o", {input}));
+  CHECK(hidden_files(dir.path) == 0);
+  CHECK(!std::filesystem::exists(dir / "fit.hdf5"));
+}
