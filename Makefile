@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CTEST ?= ctest
 
-.PHONY: all deps configure build demo test fuzz bench clean
+.PHONY: all deps configure build demo test fuzz sanitize bench clean
 
 all: build
 
@@ -33,6 +33,11 @@ test: build
 fuzz: configure
 	./scripts/install-deps.sh --fuzz
 	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -L fuzz
+
+# ASan + UBSan build of the tests and fitlib-fit in build-asan/ (kept between runs; the first build takes about an
+# hour on 2 cores), then the tests and a few fitlib-fit runs; fails on any sanitizer report (scripts/sanitize.sh).
+sanitize: deps
+	JOBS=$(JOBS) ./scripts/sanitize.sh
 
 bench: deps
 	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DFITLIB_BUILD_BENCHMARKS=ON

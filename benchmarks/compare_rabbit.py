@@ -20,8 +20,8 @@ numpy, ...) and re-executes itself inside it. Then:
 2. fits each tensor with rabbit and with fitlib-fit in two configurations, "bb" (default
    bin-by-bin statistics) and "nobb" (--noBinByBinStat), both on data (-t 0 --unblind), with the
    same thread count (TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS / OMP_NUM_THREADS for
-   TensorFlow and BLAS, --threads for fitlib-fit), timing each whole process; HDF5_PLUGIN_PATH
-   points both at hdf5plugin's filters;
+   TensorFlow and BLAS, --threads for fitlib-fit), timing each whole process; fitlib-fit gets hdf5plugin's
+   filter directory as FITLIB_HDF5_PLUGIN_PATH (HDF5_PLUGIN_PATH is kept from both);
 3. compares fitlib's JSON summary (RESULT.json next to RESULT.hdf5) with rabbit's output and
    prints one line per (tensor, configuration): bins, systematics, max |dx|/sigma, max |dsigma|/sigma
    (sigma = rabbit's uncertainty), |dNLL|, both wall times and their ratio, PASS/FAIL against
@@ -137,8 +137,8 @@ def versions() -> dict:
 
 
 def fitter_env(threads: int, plugin_path: bool) -> dict:
-    """Environment of a fitter process: the thread counts and, for fitlib-fit, HDF5_PLUGIN_PATH =
-    hdf5plugin's filter directory (Blosc2). rabbit must not get HDF5_PLUGIN_PATH: its h5py already
+    """Environment of a fitter process: the thread counts and, for fitlib-fit, FITLIB_HDF5_PLUGIN_PATH =
+    hdf5plugin's filter directory (Blosc2). Neither gets HDF5_PLUGIN_PATH: rabbit's h5py already
     registers hdf5plugin's filters on import, and the dynamically loaded second copy makes
     writing the Blosc-compressed result pickle fail ("error during user callback")."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1", CUDA_VISIBLE_DEVICES="")
@@ -146,7 +146,7 @@ def fitter_env(threads: int, plugin_path: bool) -> dict:
     if plugin_path:
         import hdf5plugin
 
-        env["HDF5_PLUGIN_PATH"] = hdf5plugin.PLUGINS_PATH
+        env["FITLIB_HDF5_PLUGIN_PATH"] = hdf5plugin.PLUGINS_PATH
     for var in THREAD_VARS:
         env[var] = str(threads)
     return env
@@ -582,9 +582,8 @@ def fixture_readme(doc: dict, sizes: dict) -> str:
         "",
         "In every tensor, strings and `hnoiidxs` are gzip-compressed and `meta/pickle_data` (a Python pickle of",
         "the channel axes) uses Blosc v1 (filter 32001). Reading the Blosc2/Blosc files with plain libhdf5 needs",
-        "`HDF5_PLUGIN_PATH` set to the plugin directory of the `hdf5plugin` Python package",
-        "(`python -c 'import hdf5plugin; print(hdf5plugin.PLUGINS_PATH)'`); the `_gzip` files need no plugin",
-        "except for `meta/`.",
+        "the filter plugins of the `hdf5plugin` Python package (fitlib-fit finds them itself: `.deps/`,",
+        "`--hdf5PluginPath`, `FITLIB_HDF5_PLUGIN_PATH`); the `_gzip` files need no plugin except for `meta/`.",
         "",
         "`rabbit_results.json`:",
         "",

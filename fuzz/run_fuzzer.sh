@@ -42,8 +42,23 @@ fi
 mkdir -p "$work/corpus"
 rm -rf "$work/artifacts" "$work/reports"
 mkdir -p "$work/artifacts" "$work/reports"
-cp -f "$root"/tests/data/rabbit/test_tensor.hdf5 "$root"/tests/data/rabbit/test_tensor_sparse.hdf5 \
-  "$root"/tests/data/rabbit/test_tensor_symmetric.hdf5 "$work/corpus/"
+cp -f "$root"/tests/data/rabbit/*.hdf5 "$work/corpus/"
+# The reliability probe's byte-level breakages of each (../shared/reference/reliability-probe.md §2): truncated
+# to 1 %, 50 % and 99 %, 400 bytes flipped mid-file, and an empty file.
+for f in "$root"/tests/data/rabbit/*.hdf5; do
+  name=$(basename "$f" .hdf5)
+  size=$(stat -c %s "$f")
+  for pct in 1 50 99; do head -c $((size * pct / 100)) "$f" >"$work/corpus/${name}_truncated_$pct"; done
+  python3 - "$f" "$work/corpus/${name}_flipped_middle" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+mid = len(data) // 2
+for i in range(mid, min(mid + 400, len(data))):
+    data[i] ^= 0xFF
+open(sys.argv[2], "wb").write(data)
+PY
+done
+: >"$work/corpus/empty"
 
 # Plugins stay off (the target disables them); an input that allocates past -rss_limit_mb or runs past -timeout counts
 # as a crash. Leaks inside libhdf5's own error paths are suppressed (lsan.supp).

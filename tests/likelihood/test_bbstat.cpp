@@ -2,6 +2,7 @@
 // Bin-by-bin statistics: the profiled β against brute-force minimisation, derivatives against FD.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 
 #include "derivative_checks.hpp"
@@ -105,11 +106,14 @@ TEST_CASE("profiled β is the conditional minimum, with exact first and second d
   const auto mode = GENERATE(BinByBinMode::lite, BinByBinMode::full);
   const auto type = GENERATE(BinByBinType::gamma, BinByBinType::normal_multiplicative, BinByBinType::normal_additive);
   const auto term = GENERATE(DataTerm::poisson, DataTerm::chisq);
-  INFO((mode == BinByBinMode::lite ? "lite, " : "full, ") << name(type) << (term == DataTerm::chisq ? ", χ²" : ", Poisson"));
+  const auto zero_variance = GENERATE(ZeroVarianceProcesses::exclude, ZeroVarianceProcesses::scale);
+  INFO((mode == BinByBinMode::lite ? "lite, " : "full, ") << name(type) << (term == DataTerm::chisq ? ", χ²" : ", Poisson")
+                                                           << (zero_variance == ZeroVarianceProcesses::scale ? ", 0.2.5 convention" : ""));
   const Model model = bb_model(SystematicType::log_normal, false);
   BinByBinOptions opts;
   opts.mode = mode;
   opts.type = type;
+  opts.zero_variance = zero_variance;
   const auto st = BinByBinStats::build(model, {0, model.nbins()}, opts, term);
   REQUIRE(st.enabled);
   const index_t P = st.nprocs;
@@ -173,13 +177,18 @@ TEST_CASE("likelihood derivatives with bin-by-bin statistics match finite differ
   const auto type = GENERATE(BinByBinType::gamma, BinByBinType::normal_multiplicative, BinByBinType::normal_additive);
   const auto term = GENERATE(DataTerm::poisson, DataTerm::chisq);
   const auto systematics = GENERATE(SystematicType::log_normal, SystematicType::normal);
+  // rabbit 0.2.5's convention changes the lite algebra only (ZeroVarianceProcesses).
+  const auto zero_variance = GENERATE(ZeroVarianceProcesses::exclude, ZeroVarianceProcesses::scale);
+  if (mode == BinByBinMode::full && zero_variance == ZeroVarianceProcesses::scale) return;
   INFO((mode == BinByBinMode::lite ? "lite, " : "full, ") << name(type) << (term == DataTerm::chisq ? ", χ², " : ", Poisson, ")
-                                                           << (systematics == SystematicType::normal ? "additive" : "log-normal"));
+                                                           << (systematics == SystematicType::normal ? "additive" : "log-normal")
+                                                           << (zero_variance == ZeroVarianceProcesses::scale ? ", 0.2.5 convention" : ""));
   const Model model = bb_model(systematics, true);
   LikelihoodOptions opts;
   opts.data_term = term;
   opts.bin_by_bin.mode = mode;
   opts.bin_by_bin.type = type;
+  opts.bin_by_bin.zero_variance = zero_variance;
   SerialLikelihood nll(model, {}, opts);
   SerialLikelihood plain(model, {}, [&] {
     auto o = opts;
@@ -193,4 +202,85 @@ TEST_CASE("likelihood derivatives with bin-by-bin statistics match finite differ
     // β can only lower the NLL (β = β₀ is one of the candidates).
     CHECK(nll.value(x) < plain.value(x));
   }
+}
+
+TEST_CASE("zero-variance processes: rabbit 0.2.5's convention scales them, the current one does not", "[likelihood][bbstat]") {
+  const auto type = GENERATE(BinByBinType::gamma, BinByBinType::normal_multiplicative, BinByBinType::normal_additive);
+  INFO(name(type));
+  const Model with_exact = bb_model(SystematicType::log_normal, true);  // process 1 has sumw2 = 0 in every other bin
+  Model without_exact = with_exact;
+  for (std::size_t c = 0; c < without_exact.sumw2.size(); ++c)
+    if (without_exact.sumw2[c] == 0) without_exact.sumw2[c] = without_exact.nominal[c] * without_exact.nominal[c] / 7.0;
+  auto options = [&](BinByBinMode mode, ZeroVarianceProcesses zv) {
+    LikelihoodOptions o;
+    o.bin_by_bin.mode = mode;
+    o.bin_by_bin.type = type;
+    o.bin_by_bin.zero_variance = zv;
+    return o;
+  };
+  const index_t P = with_exact.nprocs(), n = with_exact.nparams();
+  const auto x = test::test_point(with_exact, 1, false);
+  struct Eval {
+    double f;
+    std::vector<double> g, beta;
+  };
+  auto eval = [&](const Model& m, BinByBinMode mode, ZeroVarianceProcesses zv) {
+    SerialLikelihood nll(m, {}, options(mode, zv));
+    Eval e{0, std::vector<double>(static_cast<std::size_t>(n)), {}};
+    e.f = nll.value_grad(x, e.g);
+    e.beta = nll.bin_by_bin_parameters(x);
+    return e;
+  };
+
+  // The statistics: every process is scaled and enters k under the 0.2.5 convention.
+  const auto st_now = BinByBinStats::build(with_exact, {0, with_exact.nbins()}, options(BinByBinMode::lite, ZeroVarianceProcesses::exclude).bin_by_bin, DataTerm::poisson);
+  const auto st_025 = BinByBinStats::build(with_exact, {0, with_exact.nbins()}, options(BinByBinMode::lite, ZeroVarianceProcesses::scale).bin_by_bin, DataTerm::poisson);
+  const index_t b = 0;  // process 1 is exact here, the others are not
+  REQUIRE(with_exact.sumw2[static_cast<std::size_t>(b * P + 1)] == 0);
+  CHECK(st_now.active[static_cast<std::size_t>(b * P + 1)] == 0);
+  CHECK(std::all_of(st_025.active.begin(), st_025.active.end(), [](unsigned char a) { return a == 1; }));
+  double sw_all = 0, sw_var = 0, v = 0;
+  for (index_t p = 0; p < P; ++p) {
+    const auto c = static_cast<std::size_t>(b * P + p);
+    sw_all += with_exact.nominal[c];
+    sw_var += with_exact.sumw2[c] > 0 ? with_exact.nominal[c] : 0.0;
+    v += with_exact.sumw2[c];
+  }
+  if (type != BinByBinType::normal_additive) {
+    CHECK(st_now.kstat[b] == Approx(sw_var * sw_var / v).epsilon(1e-14));
+    CHECK(st_025.kstat[b] == Approx(sw_all * sw_all / v).epsilon(1e-14));
+  }
+
+  // A zero-variance process makes the lite conventions differ; 0.2.5's gamma β̂ is rabbit's
+  // (n + k)/(ν + k) over the bin's whole yield.
+  const Eval now = eval(with_exact, BinByBinMode::lite, ZeroVarianceProcesses::exclude);
+  const Eval old = eval(with_exact, BinByBinMode::lite, ZeroVarianceProcesses::scale);
+  if (type != BinByBinType::normal_additive) {  // the additive shift acts on the bin total either way
+    CHECK(std::abs(now.f - old.f) > 1e-3);
+    CHECK(test::rel_error(now.g, old.g) > 1e-4);
+    CHECK(now.beta[b] != Approx(old.beta[b]).epsilon(1e-6));
+  }
+  if (type == BinByBinType::gamma) {
+    SerialLikelihood nll(with_exact, {}, options(BinByBinMode::lite, ZeroVarianceProcesses::scale));
+    const std::vector<double> nu = nll.yields(x);
+    double total = 0;
+    for (index_t p = 0; p < P; ++p) total += nu[static_cast<std::size_t>(b * P + p)];
+    const double k = sw_all * sw_all / v, nb = with_exact.data[b];
+    CHECK(old.beta[b] == Approx((nb + k) / (total + k)).epsilon(1e-12));
+  }
+
+  // Without zero-variance processes, and in full mode whatever the templates, they are the same.
+  for (const Model* m : {static_cast<const Model*>(&without_exact), &with_exact})
+    for (const auto mode : {BinByBinMode::lite, BinByBinMode::full}) {
+      if (m == &with_exact && mode == BinByBinMode::lite) continue;
+      INFO((m == &with_exact ? "with" : "without") << " exact processes, " << (mode == BinByBinMode::lite ? "lite" : "full"));
+      const Eval a = eval(*m, mode, ZeroVarianceProcesses::exclude), c = eval(*m, mode, ZeroVarianceProcesses::scale);
+      CHECK(a.f == c.f);
+      CHECK(a.g == c.g);
+      CHECK(a.beta == c.beta);
+    }
+
+  LikelihoodOptions bad;
+  bad.bin_by_bin.zero_variance = static_cast<ZeroVarianceProcesses>(7);
+  CHECK_THROWS_AS(bad.validate(), std::invalid_argument);
 }

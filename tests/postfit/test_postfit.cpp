@@ -226,6 +226,41 @@ TEST_CASE("postfit: the bin-by-bin part of global impacts follows dβ̂/dx", "[p
     }
 }
 
+TEST_CASE("postfit: impacts are NaN, not 0, when the covariance failed", "[postfit]") {
+  // The signal template is all zero: the POI changes nothing, so the Hessian is singular and the
+  // covariance is not available (the probe's finding S2).
+  for (const bool template_stats : {false, true}) {
+    INFO((template_stats ? "with" : "without") << " bin-by-bin statistics");
+    Model m = grouped_model(template_stats);
+    const index_t P = m.nprocs(), nc = m.ncoef();
+    for (index_t b = 0; b < m.nbins_full(); ++b) {
+      m.nominal[static_cast<std::size_t>(b * P)] = 0;
+      std::fill_n(m.logk.begin() + (b * P) * nc, nc, 0.0);
+    }
+    SerialLikelihood nll(m, {}, linear_poi(template_stats));
+    const FitResult best = fit(nll, tight());
+    REQUIRE(best.covariance_status == CovarianceStatus::failed);
+    const Impacts trad = traditional_impacts(nll, best), glob = global_impacts(nll, best);
+    for (const Impacts* imp : {&trad, &glob})
+      for (std::size_t t = 0; t < imp->targets.size(); ++t)
+        for (std::size_t g = 0; g < imp->groups.size(); ++g) {
+          INFO((imp == &trad ? "traditional" : "global") << ", target " << imp->targets[t] << ", group " << imp->groups[g]);
+          // Traditional "stat" (and so "binByBinStat") holds a constrained NOI fixed: 0 is its value there.
+          const bool held = imp == &trad && (imp->groups[g] == "stat" || imp->groups[g] == "binByBinStat") && imp->target_index[t] >= m.npoi();
+          if (held) CHECK(imp->group(t, g) == 0.0);
+          else CHECK(std::isnan(imp->group(t, g)));
+        }
+    for (std::size_t t = 0; t < trad.targets.size(); ++t)
+      for (std::size_t j = 0; j < trad.sources.size(); ++j) {
+        INFO("target " << trad.targets[t] << ", source " << trad.sources[j]);
+        CHECK(std::isnan(trad.value(t, j)));  // every parameter is free, so every one is a source
+        const bool constrained = j >= static_cast<std::size_t>(m.npoi()) && m.constraint_weights[j - static_cast<std::size_t>(m.npoi())] > 0;
+        if (constrained) CHECK(std::isnan(glob.value(t, j)));
+        else CHECK(glob.value(t, j) == 0.0);  // no global observable: no source
+      }
+  }
+}
+
 TEST_CASE("postfit: a profile scan of a quadratic NLL is the parabola of its σ", "[postfit]") {
   const Model m = quadratic_model();
   SerialLikelihood nll(m, {}, quadratic_options());

@@ -21,7 +21,9 @@ namespace fitlib {
 /// (rabbit-likelihood-and-format.md §3.4): the effective MC statistics k = sumw²/sumw2, the widths
 /// √sumw2 (additive type), the centres β₀ and which β stay fixed at β₀ (rabbit's betamask). Per bin
 /// in lite mode, per (bin, process) cell in full mode; `active` marks the cells a lite β scales
-/// (sumw2 > 0, rabbit's zero-variance-aware branch).
+/// (sumw2 > 0, rabbit's zero-variance-aware branch; every cell with ZeroVarianceProcesses::scale,
+/// rabbit 0.2.5). Everything downstream (profile, curvature, covariance term, impacts) reads
+/// `active`, so this is the one place that decides.
 struct BinByBinStats {
   bool enabled = false;  ///< false: off, or a model without template variances
   BinByBinMode mode = BinByBinMode::lite;
@@ -52,13 +54,15 @@ struct BinByBinStats {
     st.fixed.assign(static_cast<std::size_t>(n), 1);
     if (st.mode == BinByBinMode::lite) st.active.assign(static_cast<std::size_t>(st.nbins * P), 0);
     const std::vector<double> sumw = model.sumw.empty() ? model.nominal_yields() : model.sumw;
+    // rabbit 0.2.5's lite β scales every process, and all of them enter k.
+    const bool scale_all = per == 1 && opts.zero_variance == ZeroVarianceProcesses::scale;
     for (index_t i = 0; i < st.nbins; ++i) {
       for (index_t e = 0; e < per; ++e) {
         double sw = 0, v = 0;
         for (index_t p = (per == 1 ? 0 : e); p < (per == 1 ? P : e + 1); ++p) {
           const auto c = static_cast<std::size_t>((bins.begin + i) * P + p);
           v += model.sumw2[c];
-          if (model.sumw2[c] > 0) {
+          if (model.sumw2[c] > 0 || scale_all) {
             sw += sumw[c];
             if (per == 1) st.active[static_cast<std::size_t>(i * P + p)] = 1;
           }

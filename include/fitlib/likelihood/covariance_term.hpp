@@ -5,6 +5,7 @@
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -79,8 +80,12 @@ class CovarianceTerm {
     if (varying_) {
       Eigen::MatrixXd c = covariance_;
       c.diagonal() += Eigen::Map<const Eigen::VectorXd>(q.data(), B);
-      auto& llt = llt_[static_cast<std::size_t>(j)];
-      llt.compute(c);
+      // Constructed only when factorised: a default LLT leaves its status indeterminate, and the
+      // vector's growth would move (read) it, which UBSan reports.
+      auto& slot = llt_[static_cast<std::size_t>(j)];
+      if (slot) slot->compute(c);
+      else slot.emplace(c);
+      const auto& llt = *slot;
       if (llt.info() != Eigen::Success) {
         yv.setZero();
         return std::numeric_limits<double>::infinity();
@@ -96,14 +101,14 @@ class CovarianceTerm {
   void apply(index_t j, const double* t, double* z) const {
     const Eigen::Map<const Eigen::VectorXd> tv(t, nbins_);
     Eigen::Map<Eigen::VectorXd> zv(z, nbins_);
-    if (varying_) zv = llt_[static_cast<std::size_t>(j)].solve(tv);
+    if (varying_) zv = llt_[static_cast<std::size_t>(j)]->solve(tv);
     else zv.noalias() = inverse_ * tv;
   }
 
   /// Adds Rᵀ·(C + diag q)⁻¹·R at column j into H (`[n × n]`), R the shards' coupled rows `[nbins × n]`.
   void add_curvature(index_t j, const Eigen::MatrixXd& R, BlockView<double> H) const {
     Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> h(H.data, H.rows, H.cols, Eigen::OuterStride<>(H.ld));
-    const Eigen::MatrixXd G = varying_ ? Eigen::MatrixXd(R.transpose() * llt_[static_cast<std::size_t>(j)].solve(R))
+    const Eigen::MatrixXd G = varying_ ? Eigen::MatrixXd(R.transpose() * llt_[static_cast<std::size_t>(j)]->solve(R))
                                        : Eigen::MatrixXd(R.transpose() * (inverse_ * R));
     // Added from one triangle, so the Hessian stays exactly symmetric.
     for (index_t c = 0; c < G.cols(); ++c)
@@ -118,7 +123,7 @@ class CovarianceTerm {
   bool varying_ = false;
   Eigen::MatrixXd inverse_;     ///< (C + widening)⁻¹ when constant
   Eigen::MatrixXd covariance_;  ///< C (+ the additive widening), when q varies
-  std::vector<Eigen::LLT<Eigen::MatrixXd>> llt_;
+  std::vector<std::optional<Eigen::LLT<Eigen::MatrixXd>>> llt_;  ///< per column, set by `solve`
 };
 
 }  // namespace fitlib

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -25,6 +26,7 @@
 #include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/likelihood/cell.hpp"
 #include "fitlib/likelihood/covariance_term.hpp"
+#include "fitlib/likelihood/non_finite.hpp"
 #include "fitlib/likelihood/options.hpp"
 #include "fitlib/likelihood/regularizer.hpp"
 #include "fitlib/likelihood/replica_inputs.hpp"
@@ -438,6 +440,25 @@ class Likelihood {
       shards_[k].fix_bin_by_bin(beta.empty() ? beta
                                              : beta.subspan(static_cast<std::size_t>(data_offset(k) * per),
                                                             static_cast<std::size_t>(shards_[k].ndata() * per)));
+  }
+
+  /// Why the NLL or its gradient is not finite at x, in one sentence that names the first data bin
+  /// at fault (channel, bin, process) and its cause: a non-finite parameter, a non-finite yield, an
+  /// expected count ≤ 0 (or too small) where data are observed, a data term that is not finite, or a
+  /// gradient share too large to square (an extreme nominal yield, signal strength, logk or observed
+  /// count). Empty when both are finite. For fitlib-fit's `not_finite` status (FitStatus), with the
+  /// likelihood's own data (set_data), not a replica's. It evaluates the likelihood, so under
+  /// mpi::Ranks call it on every rank (each gets the same text; logk rows a rank does not hold are
+  /// not inspected there).
+  std::string explain_non_finite(std::span<const double> x) {
+    if (static_cast<index_t>(x.size()) != nparams_)
+      throw usage_error("explain_non_finite needs " + std::to_string(nparams_) + " parameters, got " + std::to_string(x.size()));
+    std::vector<double> g(x.size(), 0.0);
+    double f = std::numeric_limits<double>::quiet_NaN();
+    const bool finite_x = std::all_of(x.begin(), x.end(), [](double v) { return std::isfinite(v); });
+    if (finite_x) f = value_grad(x, g);
+    const std::vector<double> nu = finite_x ? yields(x) : std::vector<double>{};
+    return detail::explain_non_finite(*model_, opts_, x, nu, counts_, variances_, f, g, names_);
   }
 
  private:

@@ -30,6 +30,16 @@ enum class BinByBinType {
   normal_additive,        ///< ν ← ν + √sumw2·β with a unit Gaussian constraint (β₀ = 0)
 };
 
+/// Which processes a lite-mode β scales in a bin where some processes have exact templates
+/// (sumw2 = 0), e.g. data-driven backgrounds. The two rabbit versions differ here (docs/likelihood.md);
+/// in full mode they agree, since a cell with sumw2 = 0 keeps its own β at β₀ either way.
+enum class ZeroVarianceProcesses {
+  exclude,  ///< rabbit since a08c647 (2026-04): β scales only the processes with sumw2 > 0, and only
+            ///< their sumw enters k = sumw²/sumw2; the others keep their yields (the default)
+  scale,    ///< rabbit 0.2.5 (the PyPI release): β scales every process of the bin, and k is
+            ///< (Σ_p sumw)²/Σ_p sumw2 over all of them
+};
+
 struct BinByBinOptions {
   /// Profile β in every evaluation (rabbit's default; --noBinByBinStat turns it off). A model
   /// without template variances (`Model::sumw2` empty) has exact templates: β then changes nothing.
@@ -39,6 +49,9 @@ struct BinByBinOptions {
   /// Bins (lite) or cells (full) with fewer effective MC events k = sumw²/sumw2 keep β = β₀
   /// (rabbit's --minBBKstat); 0 masks nothing.
   double min_kstat = 0;
+  /// Lite mode: whether β scales the processes without template variances (rabbit 0.2.5) or leaves
+  /// them alone (rabbit's current behaviour, the default). No effect in full mode.
+  ZeroVarianceProcesses zero_variance = ZeroVarianceProcesses::exclude;
 
   /// The type `automatic` stands for under a data term.
   BinByBinType resolved(DataTerm data_term) const {
@@ -71,6 +84,9 @@ struct LikelihoodOptions {
     if (!(bin_by_bin.min_kstat >= 0) || !std::isfinite(bin_by_bin.min_kstat))
       throw std::invalid_argument("LikelihoodOptions::bin_by_bin.min_kstat must be finite and ≥ 0, got " +
                                   std::to_string(bin_by_bin.min_kstat));
+    if (bin_by_bin.zero_variance != ZeroVarianceProcesses::exclude && bin_by_bin.zero_variance != ZeroVarianceProcesses::scale)
+      throw std::invalid_argument("LikelihoodOptions::bin_by_bin.zero_variance must be ZeroVarianceProcesses::exclude or scale, got " +
+                                  std::to_string(static_cast<int>(bin_by_bin.zero_variance)));
     // The covariance term's β profile is a linear solve: a gamma constraint has no closed form there (§3.4).
     if (bin_by_bin.enabled && data_term == DataTerm::covariance && bin_by_bin.resolved(data_term) == BinByBinType::gamma)
       throw std::invalid_argument(

@@ -58,19 +58,28 @@ inline Eigen::MatrixXd square(const std::vector<double>& a, index_t n) {
   return Eigen::Map<const Eigen::MatrixXd>(a.data(), n, n);
 }
 
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+/// √max(0, q), but NaN for a NaN q (std::max(0.0, NaN) is 0): an impact computed from a covariance
+/// that is not available stays NaN, as results-format.md promises for unavailable numbers.
+inline double root_or_nan(double q) { return std::isnan(q) ? nan : std::sqrt(std::max(0.0, q)); }
+
 /// √diag((H_UU)⁻¹) on the index set U, scattered to all parameters (0 outside U): the uncertainties
-/// with every parameter outside U held at its fitted value. NaN if H_UU is not positive definite.
+/// with every parameter outside U held at its fitted value. NaN if H_UU is not finite or not
+/// positive definite.
 inline Eigen::VectorXd conditional_sigma(const Eigen::MatrixXd& H, const std::vector<index_t>& U) {
   Eigen::VectorXd sigma = Eigen::VectorXd::Zero(H.rows());
   const auto m = static_cast<index_t>(U.size());
   Eigen::MatrixXd h(m, m);
   for (index_t a = 0; a < m; ++a)
     for (index_t b = 0; b < m; ++b) h(a, b) = H(U[static_cast<std::size_t>(a)], U[static_cast<std::size_t>(b)]);
-  const Eigen::LLT<Eigen::MatrixXd> llt(h);
-  const bool ok = llt.info() == Eigen::Success;
+  // Eigen's LLT lets NaN pivots through (NaN ≤ 0 is false), so a NaN Hessian is caught here.
+  const bool finite = h.allFinite();
+  const Eigen::LLT<Eigen::MatrixXd> llt(finite ? h : Eigen::MatrixXd::Identity(m, m));
+  const bool ok = finite && llt.info() == Eigen::Success;
   const Eigen::MatrixXd c = ok ? Eigen::MatrixXd(llt.solve(Eigen::MatrixXd::Identity(m, m))) : Eigen::MatrixXd();
   for (index_t a = 0; a < m; ++a)
-    sigma(U[static_cast<std::size_t>(a)]) = ok ? std::sqrt(std::max(0.0, c(a, a))) : std::numeric_limits<double>::quiet_NaN();
+    sigma(U[static_cast<std::size_t>(a)]) = ok ? root_or_nan(c(a, a)) : nan;
   return sigma;
 }
 
@@ -115,7 +124,9 @@ struct ProfileBetaAgain {
 /// - per group G: √(c_Gᵀ·C_GG⁻¹·c_G) with c_G = C_{i,G} (= √(σ_i² − σ_i²|G fixed));
 /// - "stat": σ_i with every constrained nuisance held fixed (POIs and unconstrained nuisances
 ///   profiled) and, with bin-by-bin statistics, β held at β̂ too; "binByBinStat": the quadrature
-///   difference that profiling β makes to that. Frozen parameters are no sources.
+///   difference that profiling β makes to that. Frozen parameters are no sources (0).
+/// Where the covariance is not available (NaN, CovarianceStatus::failed) or C_jj ≤ 0 (an indefinite
+/// Hessian's inverse), the impacts that need it are NaN, never 0.
 template <class Lik>
 Impacts traditional_impacts(Lik& lik, const FitResult& r) {
   const Model& m = lik.model();
@@ -150,7 +161,8 @@ Impacts traditional_impacts(Lik& lik, const FitResult& r) {
   for (std::size_t t = 0; t < out.targets.size(); ++t) {
     const index_t i = out.target_index[t];
     for (index_t j = 0; j < n; ++j)
-      if (!r.frozen[static_cast<std::size_t>(j)] && C(j, j) > 0) out.values[t * ns + static_cast<std::size_t>(j)] = C(i, j) / std::sqrt(C(j, j));
+      if (!r.frozen[static_cast<std::size_t>(j)])
+        out.values[t * ns + static_cast<std::size_t>(j)] = C(j, j) > 0 ? C(i, j) / std::sqrt(C(j, j)) : detail::nan;
     for (std::size_t g = 0; g < m.groups.size(); ++g) {
       const std::vector<index_t> G = detail::group_parameters(m, m.groups[g], r);
       if (G.empty()) continue;
@@ -161,13 +173,13 @@ Impacts traditional_impacts(Lik& lik, const FitResult& r) {
         c(a) = C(i, G[static_cast<std::size_t>(a)]);
         for (index_t b = 0; b < k; ++b) cgg(a, b) = C(G[static_cast<std::size_t>(a)], G[static_cast<std::size_t>(b)]);
       }
-      const double q = c.dot(cgg.ldlt().solve(c));
-      out.grouped[t * out.groups.size() + g] = std::sqrt(std::max(0.0, q));
+      const double q = c.allFinite() && cgg.allFinite() ? c.dot(cgg.ldlt().solve(c)) : detail::nan;
+      out.grouped[t * out.groups.size() + g] = detail::root_or_nan(q);
     }
     const std::size_t gs = m.groups.size();
     out.grouped[t * out.groups.size() + gs] = stat(i);
     if (split_bb)
-      out.grouped[t * out.groups.size() + gs + 1] = std::sqrt(std::max(0.0, stat_profiled(i) * stat_profiled(i) - stat(i) * stat(i)));
+      out.grouped[t * out.groups.size() + gs + 1] = detail::root_or_nan(stat_profiled(i) * stat_profiled(i) - stat(i) * stat(i));
   }
   return out;
 }
@@ -180,7 +192,7 @@ Impacts traditional_impacts(Lik& lik, const FitResult& r) {
 ///   (separable data terms: Poisson or χ²);
 /// - "stat": the data's part, √(C_ii − Σ_j I_ij² − binByBinStat²).
 /// Frozen parameters are no sources; POI priors and external terms are not treated as global
-/// observables, so their share stays in "stat".
+/// observables, so their share stays in "stat". Without a covariance (NaN) every impact is NaN.
 template <class Lik>
 Impacts global_impacts(Lik& lik, const FitResult& r) {
   const Model& m = lik.model();
@@ -215,8 +227,8 @@ Impacts global_impacts(Lik& lik, const FitResult& r) {
       for (index_t j : detail::group_parameters(m, m.groups[g], r)) q += std::pow(out.values[t * ns + static_cast<std::size_t>(j)], 2);
       out.grouped[t * ng + g] = std::sqrt(q);
     }
-    out.grouped[t * ng + gs] = std::sqrt(std::max(0.0, C(i, i) - total - var_bb[t]));
-    if (bb) out.grouped[t * ng + gs + 1] = std::sqrt(var_bb[t]);
+    out.grouped[t * ng + gs] = detail::root_or_nan(C(i, i) - total - var_bb[t]);
+    if (bb) out.grouped[t * ng + gs + 1] = detail::root_or_nan(var_bb[t]);
   }
   return out;
 }
