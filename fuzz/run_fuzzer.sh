@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds the rabbit-reader libFuzzer target with clang++-14, runs it for a bounded time from the example tensors and
-# fails if fitlib crashes, leaks, hangs or throws anything but fitlib::error.
+# fails if fitlib crashes, leaks, hangs or throws anything but fitlib::error. Then does the same for the pickle decoder
+# (fuzz_pickle: anything but file_error, or a decode(encode(v)) != v, fails) for FITLIB_FUZZ_PICKLE_SECONDS (20).
 #
 # Usage: run_fuzzer.sh WORK_DIR SECONDS [compiler and linker arguments: -isystem Eigen/HDF5 include dirs, HDF5 libraries]
 # Exit status: 0 no fitlib crash, 1 a fitlib crash or a build failure (reproducers in WORK_DIR/artifacts), 77 skipped
@@ -35,6 +36,12 @@ echo "fuzz: building $work/fuzz_rabbit_reader"
 if ! "$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address -I"$root/include" "$root/fuzz/fuzz_rabbit_reader.cpp" "$@" \
     -o "$work/fuzz_rabbit_reader"; then
   echo "fuzz: the fuzz target does not build" >&2
+  exit 1
+fi
+
+echo "fuzz: building $work/fuzz_pickle"
+if ! "$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address -I"$root/include" "$root/fuzz/fuzz_pickle.cpp" "$@" -o "$work/fuzz_pickle"; then
+  echo "fuzz: the pickle fuzz target does not build" >&2
   exit 1
 fi
 
@@ -120,5 +127,28 @@ for artifact in "$work"/artifacts/*; do
     sed -n '1,60p' "$report" >&2
   fi
 done
+# The pickle decoder: no HDF5 code runs, so every crash is fitlib's. Seeds: small pickles of protocols 0, 2 and 4
+# (rabbit's meta dict, a hist axis object as fitlib's write_rabbit writes it, memo, sets, long ints).
+pickle_seconds=${FITLIB_FUZZ_PICKLE_SECONDS:-20}
+pk="$work/pickle_corpus"
+mkdir -p "$pk" "$work/pickle_artifacts"
+rm -f "$work"/pickle_artifacts/*
+printf '(dp0\nVsystematic_type\np1\nVnormal\np2\nsVsymmetric_tensor\np3\nI01\ns.' >"$pk/p0_dict"
+printf '(lp0\nI1\naF2.5\naS'"'"'a\\x00'"'"'\np1\naL123456789012345678901234L\na(tp2\na.' >"$pk/p0_list"
+printf '\x80\x02}q\x00(X\x10\x00\x00\x00symmetric_tensorq\x01\x88X\x0f\x00\x00\x00systematic_typeq\x02X\x0a\x00\x00\x00log_normalq\x03u.' >"$pk/p2_meta"
+printf '\x80\x02c__builtin__\nset\nq\x00]q\x01(K\x01K\x02e\x85q\x02Rq\x03h\x03\x86q\x04.' >"$pk/p2_set_memo"
+printf '\x80\x04\x95\x22\x00\x00\x00\x00\x00\x00\x00\x8c\x04hist\x8c\x0caxis.Integer\x93)\x81}\x8c\x03_axK\x06sb.' >"$pk/p4_object"
+printf '\x80\x04\x8f(K\x01\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01\x90G?\xf0\x00\x00\x00\x00\x00\x00\x94h\x00\x87.' >"$pk/p4_set_long"
+: >"$pk/empty"
+echo "fuzz: running fuzz_pickle for ${pickle_seconds}s"
+"$work/fuzz_pickle" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -max_total_time="$pickle_seconds" \
+  -artifact_prefix="$work/pickle_artifacts/" "$pk" >"$work/fuzz_pickle.log" 2>&1
+pickle_rc=$?
+tail -n 3 "$work/fuzz_pickle.log"
+if ((pickle_rc != 0)); then
+  status=1
+  echo "fuzz: fuzz_pickle failed (exit $pickle_rc); reproducers in $work/pickle_artifacts, log $work/fuzz_pickle.log" >&2
+  grep -m1 -A40 -E 'ERROR: |deadly|threw|differs|failed' "$work/fuzz_pickle.log" >&2
+fi
 echo "fuzz: done; libhdf5-internal crashes: $hdf5_bugs; fitlib failures: $status"
 exit $status

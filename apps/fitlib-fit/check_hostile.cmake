@@ -30,6 +30,15 @@ run(2 "--seed '-1' is not a whole number" "${TENSOR}" -t 1 --seed -1 -o "${OUT}/
 run(2 "--seed '18446744073709551616'" "${TENSOR}" -t 1 --seed 18446744073709551616 -o "${OUT}/s.hdf5")
 run(0 "" "${TENSOR}" -q -t 1 --seed 18446744073709551615 -o "${OUT}/s.hdf5")
 
+# U3: messages name the flag to pass, not the library's option field.
+run(2 "pass --allowNegativePOI" "${TENSOR}" -q -t 0 --expectSignal signal -1 -o "${OUT}/neg.hdf5")
+if("${out}${err}" MATCHES "LikelihoodOptions")
+  message(FATAL_ERROR "a library field name reached the user:\n${err}")
+endif()
+
+# U6: --unblind takes exact names as --freezeParameters does; a pattern that is neither is refused before the fit.
+run(2 "--unblind 'sig\\(1' is neither a parameter of the tensor nor a valid regular expression" "${TENSOR}" -q -t 0 --unblind "sig(1" -o "${OUT}/u.hdf5")
+
 # D4: a missing directory is found before the fit; D2: the input is never the output; D3: nor the JSON.
 run(2 "directory '.*no/such' does not exist" "${TENSOR}" -q -t 50 --doImpacts -o "${OUT}/no/such/r.hdf5")
 file(COPY "${TENSOR}" DESTINATION "${OUT}")

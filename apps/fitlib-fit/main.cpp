@@ -49,10 +49,10 @@ struct Args {
   double gtol = 0, edm_tol = 1e-12;
   index_t maxiter = 0;
   bool no_bbb = false;
-  std::string bbb_type = "automatic", bbb_mode = "lite";
+  std::string bbb_type = "automatic", bbb_mode = "lite", bbb_zero_variance = "exclude";
   double min_kstat = 0;
   bool chisq = false, covariance = false, allow_negative_poi = false, allow_negative_expectation = false;
-  std::string systematic_type = "log_normal";
+  std::string systematic_type;  ///< empty: the tensor's meta says (log_normal without one)
   std::vector<std::pair<std::string, double>> expect_signal, constraint_minimum;
   std::vector<std::string> freeze;
   bool impacts = false, global_impacts = false, no_hessian = false;
@@ -138,6 +138,8 @@ LikelihoodOptions likelihood_options(const Args& a) {
                                             {"normal-multiplicative", BinByBinType::normal_multiplicative},
                                             {"normal-additive", BinByBinType::normal_additive}});
   o.bin_by_bin.min_kstat = a.min_kstat;
+  o.bin_by_bin.zero_variance = choose<ZeroVarianceProcesses>("--binByBinStatZeroVariance", a.bbb_zero_variance,
+                                                             {{"exclude", ZeroVarianceProcesses::exclude}, {"scale", ZeroVarianceProcesses::scale}});
   o.validate();
   return o;
 }
@@ -360,6 +362,15 @@ void postfit(io::FitRecord& rec, Lik& lik, const TrustRegion<Sub>& tr, const Arg
   rec.total_seconds = rec.minimize_seconds + rec.postfit_seconds;
 }
 
+/// Where a fit that could not start is not finite (bin, process, systematic, cause), on stderr. Every rank
+/// calls it (it evaluates the likelihood); rank 0 speaks.
+template <class Lik>
+void explain_start(Lik& lik, const io::FitRecord& rec, const Args& a) {
+  if (rec.result.status != FitStatus::not_finite && rec.result.status != FitStatus::not_finite_gradient) return;
+  const std::string why = lik.explain_non_finite(rec.result.x0);
+  if (a.rank == 0 && !why.empty()) std::fprintf(stderr, "fitlib-fit: fit '%s' cannot start: %s\n", rec.name.c_str(), why.c_str());
+}
+
 /// One fit to the likelihood's current data, then its postfit.
 template <class Lik, class Sub>
 io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const std::string& name, std::span<const double> counts,
@@ -375,6 +386,7 @@ io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const
     rec.result = fit(lik, tr, fo, progress);
   }
   rec.minimize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  explain_start(lik, rec, a);
   postfit(rec, lik, tr, a, counts, variances);
   return rec;
 }
@@ -432,7 +444,7 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
   const index_t width = replica_width(a, n);
   double seconds = 0;
   std::optional<BatchStatistics> pooled;
-  StageProgress progress(std::to_string(n) + " toys", n);
+  StageProgress progress(std::to_string(n) + " toys minimised", n);
   if (width == 1) {
     for (int i = 1; i <= n; ++i) {
       const Toy toy = generate(i);
@@ -460,6 +472,7 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
       const std::vector<FitOptions> options(inputs.size(), fit_options(a));
       BatchResult b = batch.fit(lik, tr, std::span<const FitOptions>(options));
       lik.set_replicas({});
+      progress.advance(static_cast<index_t>(inputs.size()));
       pooled->evaluations += b.statistics.evaluations;
       pooled->columns += b.statistics.columns;
       pooled->active_fraction += b.statistics.active_fraction * static_cast<double>(b.statistics.rounds);  // normalised below
@@ -477,13 +490,13 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
         if (rec.error.empty()) {
           lik.set_data(inputs[k].data);
           lik.set_constraint_centres(inputs[k].constraint_centres);
+          explain_start(lik, rec, a);
           postfit(rec, lik, tr, a, inputs[k].data);
           lik.set_constraint_centres(m.theta0);
         } else {
           std::fprintf(stderr, "fitlib-fit: warning: fit '%s' failed: %s\n", name.c_str(), rec.error.c_str());
         }
         out.push_back(std::move(rec));
-        progress.advance();
       }
     }
     pooled->replicas = n;
@@ -629,6 +642,7 @@ nlohmann::json options_json(const Args& a) {
           {"binByBinStat", !a.no_bbb},
           {"binByBinStatType", a.bbb_type},
           {"binByBinStatMode", a.bbb_mode},
+          {"binByBinStatZeroVariance", a.bbb_zero_variance},
           {"minBBKstat", a.min_kstat},
           {"dataTerm", a.chisq ? "chisq" : a.covariance ? "covariance" : "poisson"},
           {"allowNegativePOI", a.allow_negative_poi},
@@ -723,6 +737,7 @@ std::string in_command_line_terms(std::string message) {
       {"RabbitReadOptions::allow_negative_yields", "--allowNegativeExpectation"},
       {"RabbitReadOptions::systematic_type", "--systematicType"},
       {"LikelihoodOptions::bin_by_bin.min_kstat", "--minBBKstat"},
+      {"LikelihoodOptions::bin_by_bin.zero_variance", "--binByBinStatZeroVariance"},
       {"ScanOptions::points", "--scanPoints"},
       {"ScanOptions::range", "--scanRange"},
       {"TrustRegionOptions::edm_tol", "--minimizerEdmTol"},
@@ -800,14 +815,19 @@ int main(int argc, char** argv) {
   app.add_flag("--noBinByBinStat", a.no_bbb, "no bin-by-bin template statistics");
   app.add_option("--binByBinStatType", a.bbb_type, "automatic, gamma, normal-multiplicative, normal-additive")->capture_default_str();
   app.add_option("--binByBinStatMode", a.bbb_mode, "lite (one β per bin) or full (one per bin and process)")->capture_default_str();
+  app.add_option("--binByBinStatZeroVariance", a.bbb_zero_variance,
+                 "lite mode, processes with sumw2 = 0: exclude (rabbit since 2026-04: β leaves them alone) or scale (rabbit 0.2.5, "
+                 "the PyPI release: β scales them too); docs/likelihood.md")
+      ->capture_default_str();
   app.add_option("--minBBKstat", a.min_kstat, "keep β fixed where the effective MC statistics are below this")->capture_default_str();
   app.add_flag("--chisqFit", a.chisq, "χ² data term with the data variances");
   app.add_flag("--covarianceFit", a.covariance, "χ² data term with the tensor's inverse data covariance");
   app.add_flag("--allowNegativePOI,--allowNegativeParam", a.allow_negative_poi, "POIs act linearly (μ = x) instead of μ = x²");
   app.add_flag("--allowNegativeExpectation", a.allow_negative_expectation, "accept negative nominal yields in the tensor");
-  app.add_option("--systematicType", a.systematic_type, "log_normal or normal: how the tensor's logk act (rabbit's meta, not read)")
-      ->check(CLI::IsMember({"log_normal", "normal"}))
-      ->capture_default_str();
+  app.add_option("--systematicType", a.systematic_type,
+                 "log_normal or normal: how the tensor's logk act (default: what the tensor's meta says, log_normal without one; "
+                 "refused where it contradicts the meta)")
+      ->check(CLI::IsMember({"log_normal", "normal"}));
   app.add_option("--expectSignal", a.expect_signal, "NAME VALUE: default signal strength of a POI (repeatable)");
   app.add_option("--setConstraintMinimum", a.constraint_minimum, "NAME VALUE: constraint centre of a nuisance (repeatable)");
   app.add_option("--freezeParameters", a.freeze, "parameters held at their start: names or regular expressions");
@@ -868,9 +888,10 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     io::RabbitReadOptions ro;
     ro.allow_negative_yields = a.allow_negative_expectation;
-    ro.systematic_type = a.systematic_type == "normal" ? SystematicType::normal : SystematicType::log_normal;
+    if (!a.systematic_type.empty()) ro.systematic_type = a.systematic_type == "normal" ? SystematicType::normal : SystematicType::log_normal;
     const std::vector<BinRange> shards = own_shards(a);
     io::RabbitTensor in = read_input(a, ro, shards);
+    if (!in.meta_skipped.empty() && a.rank == 0) std::fprintf(stderr, "fitlib-fit: note: %s\n", in_command_line_terms(in.meta_skipped).c_str());
     if (!in.beta_variations.empty() && !a.no_bbb && lo.bin_by_bin.mode == BinByBinMode::full)
       throw usage_error("the tensor has hbetavariations, which fitlib does not apply yet; use --binByBinStatMode lite or --noBinByBinStat");
     if (a.use_pseudodata && in.pseudodata_names.empty()) throw usage_error("--pseudoData: the tensor has no pseudodata sets");
@@ -906,6 +927,7 @@ int main(int argc, char** argv) {
     run.input_sha256 = in.sha256;
     for (int i = 0; i < argc; ++i) run.command_line += (i ? " " : "") + std::string(argv[i]);
     run.options = options_json(a);
+    run.options["systematicType"] = model->systematic_type == SystematicType::normal ? "normal" : "log_normal";  // as fitted
     // A failed write (a full disk, a vanished directory) still shows the results on stdout; any earlier
     // file at the output paths is left as it was (io::ReplacingFile).
     std::string write_error;

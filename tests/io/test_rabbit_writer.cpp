@@ -61,11 +61,51 @@ TEST_CASE("io: write_rabbit round trip", "[io]") {
       CHECK(in.sparse == sparse);
       test::check_same_model(r, m);
       CHECK(r.external_terms[0].hessian_values.size() == m.external_terms[0].hessian_values.size());
-      // Written in the asymmetric layout (rabbit's default without a meta pickle): H = 0 added.
+      // Written in the asymmetric layout by default (rabbit's assumption without a meta pickle): H = 0 added.
       CHECK_FALSE(r.symmetric);
+      REQUIRE(in.meta);
+      CHECK(in.meta->symmetric_tensor == std::optional<bool>(false));
+      CHECK(r.systematic_type == SystematicType::log_normal);
       if (sparse) check_same_likelihood<SparseSerialLikelihood>(m, r);
       else check_same_likelihood<SerialLikelihood>(m, r);
     }
+}
+
+TEST_CASE("io: write_rabbit records systematic_type and symmetric_tensor in rabbit's meta pickle", "[io][pickle]") {
+  for (const SystematicType type : {SystematicType::normal, SystematicType::log_normal})
+    for (const bool asymmetric : {false, true})
+      for (const bool layout : {false, true}) {
+        INFO("normal " << (type == SystematicType::normal) << " asymmetric " << asymmetric << " asymmetric_layout " << layout);
+        Model m = rich_model(asymmetric);
+        m.systematic_type = type;
+        const test::TempDir dir;
+        const std::string path = dir / "meta.hdf5";
+        io::write_rabbit(path, m, {.asymmetric_layout = layout});
+        const io::RabbitTensor in = io::read_rabbit(path);  // no systematic_type option: it comes from meta
+        CHECK(in.model.systematic_type == type);
+        CHECK(in.model.symmetric == !(asymmetric || layout));
+        REQUIRE(in.meta);
+        CHECK(in.meta->systematic_type == type);
+        CHECK(in.meta->symmetric_tensor == std::optional<bool>(in.model.symmetric));
+        check_same_likelihood<SerialLikelihood>(m, in.model);
+        // channel_info: one entry per channel, in order, with its masked flag and one integer axis of its size
+        const io::pickle::Value* ci = in.meta->pickle.find("channel_info");
+        REQUIRE(ci);
+        REQUIRE(ci->entries.size() == m.channels.size());
+        for (std::size_t c = 0; c < m.channels.size(); ++c) {
+          CHECK(ci->entries[c].first.text == m.channels[c].name);
+          const io::pickle::Value& info = ci->entries[c].second;
+          REQUIRE(info.find("masked"));
+          CHECK(info.find("masked")->boolean == m.channels[c].masked);
+          const io::pickle::Value& axis = info.find("axes")->items.at(0);
+          CHECK(axis.text == "hist.axis.Integer");
+          const io::pickle::Value& state = axis.state.at(0).find("_ax")->state.at(0);
+          CHECK(state.items.at(1).integer == m.channels[c].nbins);
+        }
+        // Asking for the other type contradicts the meta: a usage_error.
+        const SystematicType other = type == SystematicType::normal ? SystematicType::log_normal : SystematicType::normal;
+        CHECK_THROWS_AS(io::read_rabbit(path, {.systematic_type = other}), usage_error);
+      }
 }
 
 TEST_CASE("io: write_rabbit refuses what rabbit tensors cannot hold", "[io]") {

@@ -22,6 +22,7 @@
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/partition.hpp"
 #include "fitlib/io/hdf5.hpp"
+#include "fitlib/io/pickle.hpp"
 #include "fitlib/io/sha256.hpp"
 #include "fitlib/model/model.hpp"
 #include "fitlib/model/sparse_templates.hpp"
@@ -33,15 +34,24 @@ struct RabbitReadOptions {
   /// Accept negative nominal yields (files written with rabbit's allow_negative_expectation); otherwise a
   /// negative entry of hnorm / hnorm_sparse/values is an error naming the entry and this option.
   bool allow_negative_yields = false;
-  /// How the systematic tensor acts on the yields. rabbit records it only in the `meta` pickle, which
-  /// fitlib does not read: set `SystematicType::normal` for files written with systematic_type="normal".
-  SystematicType systematic_type = SystematicType::log_normal;
+  /// How the systematic tensor acts on the yields. Unset: as the tensor's `meta` pickle says (rabbit's TensorWriter
+  /// records its systematic_type there), log-normal for a file without `meta` (older writers). Set: a `meta` that
+  /// says otherwise is a `usage_error`, and a `meta` that cannot be decoded (e.g. its Blosc filter plugin is missing)
+  /// is skipped (`RabbitTensor::meta_skipped` says why) instead of being a `file_error`.
+  std::optional<SystematicType> systematic_type = std::nullopt;
   /// Read the systematic tensor (hlogk, or hlogk_sparse) of these bins only, as one rank of an MPI fit does
   /// (rabbit_partition gives each rank its range): the model holds just their rows (`Model::logk_bins` = bins),
   /// read with HDF5 hyperslab reads, so no rank reads or holds the whole tensor. Bins are numbered as in the
   /// model: all Bf bins, masked ones included. Everything else (nominal yields, data, variances...) is read whole.
   /// Empty: the whole tensor. A range that is empty or not inside [0, Bf) is a `usage_error`.
   std::optional<BinRange> bins = std::nullopt;
+};
+
+/// What rabbit's `meta` group says about a tensor: a Python pickle of a dict (rabbit-likelihood-and-format.md §1.7).
+struct RabbitMeta {
+  std::optional<SystematicType> systematic_type;  ///< its "systematic_type" ("log_normal" / "normal"), if it has one
+  std::optional<bool> symmetric_tensor;           ///< its "symmetric_tensor", if it has one (checked against hlogk's layout)
+  pickle::Value pickle;                           ///< the whole decoded dict (channel_info, meta_info...), nothing executed
 };
 
 /// A rabbit input tensor: the model, ready to fit, and what else the file holds for the fit.
@@ -53,6 +63,8 @@ struct RabbitTensor {
   std::vector<double> beta_variations;   ///< hbetavariations, `[nbins_full × nbins × nprocs]`, usually empty
   std::string path;                      ///< the file read (or the in-memory image's name)
   std::string sha256;                    ///< SHA-256 of the file's bytes (hex); empty when read from an open file
+  std::optional<RabbitMeta> meta;        ///< the `meta` group, decoded; absent if the file has none or it was skipped
+  std::string meta_skipped;              ///< why an undecodable `meta` was skipped (RabbitReadOptions::systematic_type set); else empty
 };
 
 namespace detail::rabbit {
@@ -79,7 +91,6 @@ class Reader {
     RabbitTensor out;
     out.path = f_.file_name();
     Model& m = out.model;
-    m.systematic_type = opt_.systematic_type;
     m.allow_negative_yields = opt_.allow_negative_yields;
 
     read_names(m);
@@ -110,6 +121,7 @@ class Reader {
     } catch (const model_error& e) {
       throw file_error("rabbit tensor '" + f_.file_name() + "' does not make a valid model: " + e.what());
     }
+    read_meta(out);  // last: a file whose meta cannot be decoded is still checked in full first
     return out;
   }
 
@@ -666,6 +678,80 @@ class Reader {
     }
   }
 
+  static const char* type_name(SystematicType t) { return t == SystematicType::normal ? "normal" : "log_normal"; }
+
+  /// meta/pickle_data decoded as the dict wums' pickle_dump_h5py wrote (format version 1, one in-band pickle).
+  /// Any failure is a file_error saying what could not be read.
+  pickle::Value decode_meta() const {
+    const std::string ds = "meta/pickle_data";
+    const auto bad = [&](const std::string& where, const std::string& what) {
+      throw file_error("rabbit tensor '" + f_.file_name() + "': " + where + " " + what);
+    };
+    const auto g = hdf5::open(f_, "meta");
+    const std::string version = "narf_h5py_pickle_protocol_version";
+    if (!hdf5::attribute_exists(g, version)) bad("group 'meta'", "has no attribute " + version + ", so it is not a pickle written by rabbit (wums)");
+    if (const auto v = hdf5::read_int64_attribute(g, version); v.size() != 1 || v[0] != 1)
+      bad("group 'meta'", "has " + version + " = " + (v.size() == 1 ? std::to_string(v[0]) : std::to_string(v.size()) + " values") +
+                              "; this reader knows version 1 only");
+    require(ds, "the pickled meta data");
+    const auto raw = hdf5::read_int64s(f_, ds);
+    std::vector<std::uint8_t> bytes(raw.values.size());
+    for (std::size_t k = 0; k < bytes.size(); ++k) {
+      if (raw.values[k] < 0 || raw.values[k] > 255) bad("dataset '" + ds + "'", "holds " + std::to_string(raw.values[k]) + " at index " + std::to_string(k) + ", not a byte");
+      bytes[k] = static_cast<std::uint8_t>(raw.values[k]);
+    }
+    pickle::Value v;
+    try {
+      v = pickle::decode(bytes);
+    } catch (const file_error& e) {
+      bad("dataset '" + ds + "'", std::string("holds a ") + e.what());
+    }
+    if (v.kind != pickle::Kind::dict) bad("dataset '" + ds + "'", std::string("holds a pickled ") + pickle::kind_name(v.kind) + ", not the dict rabbit's TensorWriter writes");
+    return v;
+  }
+
+  /// The `meta` group (§1.7): its systematic_type decides the model's unless the options set one (then they must
+  /// agree); its symmetric_tensor must match the tensor's layout. Files without `meta` are log-normal, as in rabbit.
+  void read_meta(RabbitTensor& out) const {
+    const std::optional<SystematicType> asked = opt_.systematic_type;
+    Model& m = out.model;
+    m.systematic_type = asked.value_or(SystematicType::log_normal);
+    if (!has("meta")) return;
+    RabbitMeta meta;
+    try {
+      meta.pickle = decode_meta();
+    } catch (const file_error& e) {
+      if (!asked)
+        throw file_error(std::string(e.what()) + "; rabbit records the systematic type only there: make the group readable (a Blosc filter "
+                         "plugin, HDF5 filter 32001: Debian's hdf5-filter-plugin-blosc-serial, or fitlib-fit --hdf5PluginPath) or pass --systematicType log_normal|normal "
+                         "(RabbitReadOptions::systematic_type) to read the tensor without it");
+      out.meta_skipped = std::string("skipped the meta group, which cannot be decoded (") + e.what() + "); systematic_type " + type_name(*asked) +
+                         " as RabbitReadOptions::systematic_type sets it";
+      return;
+    }
+    const std::string ds = "meta/pickle_data";
+    if (const pickle::Value* t = meta.pickle.find("systematic_type")) {
+      if (t->kind != pickle::Kind::string || (t->text != "log_normal" && t->text != "normal"))
+        fail(ds, std::string("has a systematic_type that is ") + (t->kind == pickle::Kind::string ? "'" + t->text + "'" : std::string("a ") + pickle::kind_name(t->kind)) +
+                     ", not 'log_normal' or 'normal'");
+      meta.systematic_type = t->text == "normal" ? SystematicType::normal : SystematicType::log_normal;
+      if (asked && *asked != *meta.systematic_type)
+        throw usage_error("rabbit tensor '" + f_.file_name() + "': the tensor's meta says systematic_type='" + t->text +
+                          "' (written by rabbit's TensorWriter), but RabbitReadOptions::systematic_type asks for " + type_name(*asked) +
+                          "; drop --systematicType or pass " + t->text);
+      m.systematic_type = *meta.systematic_type;
+    }
+    if (const pickle::Value* s = meta.pickle.find("symmetric_tensor")) {
+      if (s->kind != pickle::Kind::boolean) fail(ds, std::string("has a symmetric_tensor that is a ") + pickle::kind_name(s->kind) + ", not a bool");
+      meta.symmetric_tensor = s->boolean;
+      if (s->boolean != symmetric_)
+        fail(ds, std::string("says symmetric_tensor=") + (s->boolean ? "True" : "False") + ", but the systematic tensor is " +
+                     (symmetric_ ? "symmetric (hlogk [Bf, P, S], or hlogk_sparse with S columns)" : "asymmetric (hlogk [Bf, P, 2, S], or hlogk_sparse with 2S columns)") +
+                     "; the file is inconsistent");
+    }
+    out.meta = std::move(meta);
+  }
+
   /// Symmetrises M (rabbit's ½xᵀMx depends only on (M + Mᵀ)/2), leaving a symmetric M bitwise unchanged.
   static void add_symmetrised(ExternalTerm& t, const std::map<std::pair<std::size_t, std::size_t>, double>& entries) {
     for (const auto& [rc, v] : entries) {
@@ -771,8 +857,9 @@ inline std::vector<BinRange> rabbit_partition(const std::string& path, index_t c
 
 /// Reads a rabbit input tensor (rabbit-likelihood-and-format.md §1) into a validated model: dense (hnorm/hlogk) or
 /// sparse (hnorm_sparse/hlogk_sparse), symmetric or asymmetric, with data, template variances, constraint weights,
-/// groups, NOIs and external terms. Without rabbit's `meta` pickle (ignored) the bins form one channel "ch0" of the
-/// unmasked bins and "ch1_masked" of the rest, as rabbit itself does. Records the file's SHA-256, which streams
+/// groups, NOIs and external terms; the systematic type and tensor symmetry from rabbit's `meta` pickle (decoded,
+/// nothing executed; RabbitReadOptions::systematic_type). Its channels are not used yet: the bins form one channel
+/// "ch0" of the unmasked bins and "ch1_masked" of the rest, as rabbit does without `meta`. Records the file's SHA-256, which streams
 /// every byte of the file even when `opts.bins` reads part of the tensor (read from an open file to skip it).
 inline RabbitTensor read_rabbit(const std::string& path, const RabbitReadOptions& opts = {}) {
   // The digest streams the whole file once more: on a thread of its own, alongside HDF5's reading.

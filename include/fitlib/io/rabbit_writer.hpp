@@ -11,14 +11,15 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/io/hdf5.hpp"
+#include "fitlib/io/pickle.hpp"
 #include "fitlib/model/model.hpp"
 
 namespace fitlib::io {
 
 struct RabbitWriteOptions {
-  /// Store the logk tensor with its half-difference part even when the model is symmetric (H = 0).
-  /// rabbit takes `symmetric_tensor` from the `meta` pickle, which fitlib does not write, and
-  /// assumes an asymmetric tensor without it; this layout reads correctly either way.
+  /// Store the logk tensor with its half-difference part even when the model is symmetric (H = 0),
+  /// so that readers which ignore `meta` (rabbit assumes an asymmetric tensor without it) still read
+  /// it correctly; the `meta` pickle's symmetric_tensor says which layout was written.
   bool asymmetric_layout = true;
 };
 
@@ -33,13 +34,42 @@ void write_flat(const hdf5::Location& loc, const std::string& name, const std::v
   hdf5::write_attribute(ds, "original_shape", std::span<const std::int64_t>(s));
 }
 
+/// rabbit's `meta` group (rabbit-likelihood-and-format.md §1.7) as wums' pickle_dump_h5py writes it: attribute
+/// narf_h5py_pickle_protocol_version = 1 and the raw pickle bytes as the uint8 dataset `pickle_data` (here gzip
+/// above 64 KiB instead of Blosc, so no filter plugin is needed to read it). The pickled dict is TensorWriter's:
+/// systematic_type, symmetric_tensor (the layout written), meta_info (empty) and channel_info, one entry per
+/// channel with the axes rabbit itself assumes for a tensor without `meta`: a single hist.axis.Integer(0, nbins,
+/// underflow=False, overflow=False, name="obs") (the model knows no binning), masked as the channel is, no flow.
+inline void write_meta(const hdf5::File& f, const Model& m, bool symmetric_tensor) {
+  namespace pk = pickle;
+  std::vector<std::pair<std::string, pk::Value>> channels;
+  for (const auto& c : m.channels) {
+    // hist.axis.Integer's pickle: NEWOBJ, BUILD {'_ax': boost-histogram's integer_none, BUILD (0, size, metadata, min)}
+    pk::Value metadata = pk::dict({{"name", pk::string(c.masked ? "masked" : "obs")}, {"label", pk::string("")}});
+    pk::Value core = pk::instance("boost_histogram._core.axis.integer_none", {},
+                                  pk::tuple({pk::integer(0), pk::integer(c.nbins), std::move(metadata), pk::integer(0)}));
+    pk::Value axis = pk::instance("hist.axis.Integer", {}, pk::dict({{"_ax", std::move(core)}}));
+    channels.emplace_back(c.name, pk::dict({{"axes", pk::list({std::move(axis)})}, {"masked", pk::boolean(c.masked)}, {"flow", pk::boolean(false)}}));
+  }
+  const pk::Value meta = pk::dict({
+      {"meta_info", pk::dict({})},
+      {"channel_info", pk::dict(std::move(channels))},
+      {"symmetric_tensor", pk::boolean(symmetric_tensor)},
+      {"systematic_type", pk::string(m.systematic_type == SystematicType::normal ? "normal" : "log_normal")},
+  });
+  const std::vector<std::uint8_t> bytes = pk::encode(meta);
+  const hdf5::Location g = hdf5::create_group(f, "meta");
+  hdf5::write_attribute(g, "narf_h5py_pickle_protocol_version", std::int64_t{1});
+  hdf5::detail::create_and_write(g, "pickle_data", H5T_STD_U8LE, H5T_NATIVE_UINT8, {static_cast<hsize_t>(bytes.size())}, 1, bytes.data());
+}
+
 }  // namespace detail::rabbit_writer
 
 /// Writes `m` to `path` (created or truncated) in rabbit's layout: dense (hnorm, hlogk) or sparse
 /// (hnorm_sparse, hlogk_sparse) as the model stores its templates, with data, variances, inverse
-/// data covariance, sumw/sumw2, groups, NOIs and external terms. Channels are not recorded (they
-/// live in rabbit's pickle): a reader sees the unmasked bins as one channel and the masked ones as
-/// another. POI priors and constraint centres other than 0 have no place in the format: refused.
+/// data covariance, sumw/sumw2, groups, NOIs, external terms and the `meta` pickle (systematic_type,
+/// symmetric_tensor, channel names, sizes and masked flags; see write_meta). POI priors and constraint
+/// centres other than 0 have no place in the format: refused.
 inline void write_rabbit(const std::string& path, const Model& m, const RabbitWriteOptions& opts = {}) {
   using detail::rabbit_writer::write_flat;
   m.validate();
@@ -51,6 +81,7 @@ inline void write_rabbit(const std::string& path, const Model& m, const RabbitWr
              S = static_cast<std::size_t>(m.nsyst());
   const bool asym = !m.symmetric || opts.asymmetric_layout;
   const hdf5::File f = hdf5::File::create(path);
+  detail::rabbit_writer::write_meta(f, m, !asym);
 
   std::vector<std::string> procs, signals, systs, unconstrained, groups;
   for (const auto& p : m.processes) {

@@ -164,7 +164,7 @@ inline double gamma_full_yield(const BinByBinStats& st, index_t i, DataTerm term
 }
 
 /// Profiles β in data bin `i` (local index in `st`) given its cell yields `m` before β, its count
-/// n and `aux` (ln n for Poisson, 1/σ² for χ²). Writes ∂F/∂m (`g`), the curvature's diag(δ) and
+/// n and `aux` (1/n for Poisson, 1/σ² for χ²). Writes ∂F/∂m (`g`), the curvature's diag(δ) and
 /// U (`delta`, `u1`, `u2`, P each) and β̂ (`beta`, st.per_bin() entries, or null). Without bin-by-bin
 /// statistics F = D(Σ_p m_p): g = D', U = [1 0], S = diag(D'', 0).
 inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm term, double n, double aux, const double* m, index_t P,

@@ -131,7 +131,7 @@ inline std::string explain_non_finite(const Model& m, const LikelihoodOptions& o
     if (!separable) {  // the coupled term: each bin's slope is not local; the cells' sensitivities still are
       std::fill(gp.begin(), gp.end(), 1.0);
     } else {
-      const double aux = opts.data_term == DataTerm::poisson ? (cnt > 0 ? std::log(cnt) : 0.0) : 1.0 / variances[static_cast<std::size_t>(b)];
+      const double aux = opts.data_term == DataTerm::poisson ? (cnt > 0 ? 1.0 / cnt : 0.0) : 1.0 / variances[static_cast<std::size_t>(b)];
       const BinCurvature t = profile_bin(st, b, opts.data_term, cnt, aux, cells.data(), P, gp.data(), delta.data(), u1.data(), u2.data(), beta.data());
       bool slope_bad = false;
       for (double v : gp) slope_bad = slope_bad || !std::isfinite(v);

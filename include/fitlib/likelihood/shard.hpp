@@ -132,7 +132,7 @@ class Shard<Policy, Storage> {
     d.n.assign(counts.begin(), counts.end());
     d.aux.resize(d.n.size());
     for (std::size_t i = 0; i < d.n.size(); ++i)
-      d.aux[i] = data_term_ == DataTerm::poisson ? (d.n[i] > 0 ? std::log(d.n[i]) : 0.0) : 1.0 / variances[i];
+      d.aux[i] = data_term_ == DataTerm::poisson ? (d.n[i] > 0 ? 1.0 / d.n[i] : 0.0) : 1.0 / variances[i];
     d.bins.assign(bins.begin(), bins.end());
     d.set = true;
     ++data_version_;
@@ -436,7 +436,7 @@ class Shard<Policy, Storage> {
   }
 
  private:
-  /// The observed side of one data slot: counts, aux (ln n for Poisson, 1/σ² for χ²) and the
+  /// The observed side of one data slot: counts, aux (1/n for Poisson, 1/σ² for χ²) and the
   /// bins that enter the data term (empty: all).
   struct DataSlot {
     std::vector<double> n, aux;

@@ -31,6 +31,7 @@ struct IterationSummary {
   double step_norm = 0;        ///< ‖p‖
   bool accepted = false;
   bool hits_boundary = false;
+  bool slope_judged = false;   ///< ρ from the gradients: f − f⁺ could not resolve the prediction (TrustRegion::step)
   index_t hvps = 0;            ///< Hessian-vector products of the subproblem solve
   double elapsed = 0;          ///< seconds since the start of the minimisation
 };
@@ -91,8 +92,8 @@ class ProgressPrinter {
   void on_begin() { std::fprintf(out_, "%6s %18s %11s %11s %9s %9s\n", "iter", "f", "EDM", "radius", "rho", "seconds"); }
   void on_iteration(const IterationSummary& s) {
     if (s.iteration % every_ != 0) return;
-    std::fprintf(out_, "%6td %18.10g %11.4g %11.4g %9.4g %9.3f%s\n", s.iteration, s.accepted ? s.f_trial : s.f, s.edm, s.radius, s.rho,
-                 s.elapsed, s.accepted ? "" : "  (rejected)");
+    std::fprintf(out_, "%6td %18.10g %11.4g %11.4g %9.4g %9.3f%s%s\n", s.iteration, s.accepted ? s.f_trial : s.f, s.edm, s.radius, s.rho,
+                 s.elapsed, s.accepted ? "" : "  (rejected)", s.slope_judged ? "  (ρ from the gradients)" : "");
   }
   void on_end(FitStatus status) { std::fprintf(out_, "stopped: %.*s\n", static_cast<int>(to_string(status).size()), to_string(status).data()); }
 

@@ -10,15 +10,19 @@ namespace fitlib {
 enum class FitStatus {
   running,             ///< not finished: `TrustRegion::step` returns this while iterating
   converged_gtol,      ///< ‖g‖ < gtol (SciPy's status 0)
-  converged_edm,       ///< an accepted Newton-like step predicted a decrease (EDM) below edm_tol
+  converged_edm,       ///< the EDM ½·gᵀH⁻¹g at the final point is below edm_tol
   converged_callback,  ///< a callback declared convergence (e.g. stalled improvement)
-  converged_precision, ///< a rejected step had predicted a decrease below f's rounding level
+  converged_precision, ///< a rejected step predicted a decrease below f's rounding level, and so does the
+                       ///< EDM at the final point (finite, positive-definite Hessian)
 
   max_iterations,      ///< the iteration limit was reached (SciPy's status 1)
+  stalled,             ///< as converged_precision, but the EDM at the final point is above edm_tol and
+                       ///< f's rounding, not finite, or H is not positive definite: not a verified minimum
   bad_prediction,      ///< the model predicted no decrease (SciPy's status 2)
   linalg_error,        ///< the subproblem could not compute a step (SciPy's status 3)
   aborted,             ///< a callback aborted (e.g. a time limit)
-  not_finite,          ///< the objective or its gradient is not finite at the starting point
+  not_finite,          ///< the objective's value is not finite at the starting point
+  not_finite_gradient, ///< the value is finite at the starting point, its gradient is not
 };
 
 /// Whether the status counts as a successful minimisation.
@@ -35,10 +39,12 @@ constexpr std::string_view to_string(FitStatus s) {
     case FitStatus::converged_callback: return "converged (declared by a callback)";
     case FitStatus::converged_precision: return "converged (no decrease resolvable in double precision)";
     case FitStatus::max_iterations: return "maximum number of iterations reached";
+    case FitStatus::stalled: return "stalled: no decrease resolvable in double precision, but the EDM is above edm_tol (not a verified minimum)";
     case FitStatus::bad_prediction: return "the quadratic model predicted no decrease";
     case FitStatus::linalg_error: return "linear-algebra failure in the subproblem";
     case FitStatus::aborted: return "aborted by a callback";
-    case FitStatus::not_finite: return "objective not finite at the starting point";
+    case FitStatus::not_finite: return "objective value not finite at the starting point";
+    case FitStatus::not_finite_gradient: return "gradient not finite at the starting point (the value is finite)";
   }
   return "unknown";
 }

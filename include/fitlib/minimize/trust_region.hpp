@@ -2,6 +2,7 @@
 // TrustRegion<Subproblem>: SciPy's trust-region outer loop, resumable, over any objective.
 #pragma once
 
+#include <algorithm>
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <chrono>
@@ -62,6 +63,11 @@ struct TrustRegionState {
 
 namespace detail {
 inline double norm2(std::span<const double> v) { return norm_sequential(v.data(), static_cast<index_t>(v.size())); }
+inline double dot(std::span<const double> a, std::span<const double> b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d += a[i] * b[i];
+  return d;
+}
 
 /// The dense Hessian of `f` at x: the objective's own when it has one, else n HVPs.
 template <objective F>
@@ -85,10 +91,12 @@ void dense_hessian(F& f, std::span<const double> x, std::span<double> H, std::sp
 }
 }  // namespace detail
 
-/// SciPy's trust-region outer loop (trust-region.md §1) with a pluggable subproblem, and two
-/// deliberate changes: a trial point whose objective or predicted reduction is not finite is
-/// rejected and the radius shrinks (§6.4; SciPy would repeat the step until maxiter), and an
-/// optional EDM convergence test. Non-convergence is a status, never an exception.
+/// SciPy's trust-region outer loop (trust-region.md §1) with a pluggable subproblem, and deliberate
+/// changes: a trial point whose objective or predicted reduction is not finite is rejected and the
+/// radius shrinks (§6.4; SciPy would repeat the step until maxiter); a step whose predicted decrease
+/// f's rounding cannot resolve is judged by the gradients (see `step`); an optional EDM convergence
+/// test; and a stop for want of precision that is a minimum only if the EDM says so. Non-convergence
+/// is a status, never an exception.
 ///
 /// Resumable: `init` sets a state up, `step` does one iteration and returns the status (`running`
 /// until it stops), `run` iterates with callbacks. The object itself holds only options.
@@ -129,7 +137,7 @@ class TrustRegion {
     evaluate(f, s.x, s.f, s.g, s.counts);
     s.gradient_norm = detail::norm2(s.g);
     if (!std::isfinite(s.f) || !std::isfinite(s.gradient_norm)) {
-      s.status = FitStatus::not_finite;
+      s.status = std::isfinite(s.f) ? FitStatus::not_finite_gradient : FitStatus::not_finite;
       return;
     }
     new_iterate(f, s);
@@ -151,12 +159,31 @@ class TrustRegion {
 
     for (index_t i = 0; i < n; ++i) s.x_trial[static_cast<std::size_t>(i)] = s.x[static_cast<std::size_t>(i)] + s.p[static_cast<std::size_t>(i)];
     evaluate(f, s.x_trial, s.f_trial, s.g_trial, s.counts);
-    const double predicted = -sp.model, actual = s.f - s.f_trial;
+    const double predicted = -sp.model;
+    double actual = s.f - s.f_trial;
     // A trial whose value or gradient is not finite is rejected and the radius shrinks (§6.4).
     const bool trial_finite = std::isfinite(s.f_trial) && std::isfinite(detail::norm2(s.g_trial));
     double rho = -std::numeric_limits<double>::infinity();
     if (std::isfinite(predicted) && predicted <= 0) return s.status = FitStatus::bad_prediction;
-    if (std::isfinite(predicted) && trial_finite) rho = actual / predicted;
+    // The end game. SciPy's ρ = (f − f⁺)/pred (trust-region.md §1.5) takes f − f⁺ to be exact, but it
+    // carries the rounding of f, and a sum of many large terms (a likelihood's n·ln ν, n ~ 5e3 a bin)
+    // rounds to hundreds of eps·|f|: near the minimum, where pred falls below that, ρ is noise and
+    // every step is rejected until the radius collapses. The slope estimate −½(g + g⁺)·p (the
+    // trapezoid rule along p: exact for a quadratic, error O(‖p‖³)) carries only the gradients'
+    // rounding times ‖p‖. Where pred lies in the last half of f's digits (≤ √eps·max(1, |f|), the scale
+    // of SciPy's L-BFGS-B ftol test) and the two estimates differ by more than pred, f − f⁺ cannot
+    // resolve the prediction and the step is judged by the slope. On smooth, resolved steps the two
+    // agree to the model's own O(‖p‖³) error, so SciPy's iterates are kept (a deviation as in §6.4).
+    bool slope_judged = false;
+    if (std::isfinite(predicted) && trial_finite) {
+      const double slope = -0.5 * (detail::dot(s.g, s.p) + detail::dot(s.g_trial, s.p));
+      const double digits = std::sqrt(std::numeric_limits<double>::epsilon()) * std::max(1.0, std::abs(s.f));
+      if (predicted <= digits && std::abs(actual - slope) > predicted) {
+        actual = slope;
+        slope_judged = true;
+      }
+      rho = actual / predicted;
+    }
 
     IterationSummary& it = s.last;
     it = {};
@@ -168,6 +195,7 @@ class TrustRegion {
     it.step_norm = detail::norm2(s.p);
     it.hits_boundary = sp.hits_boundary;
     it.hvps = sp.hvps;
+    it.slope_judged = slope_judged;
     if (rho < 0.25)
       s.radius *= 0.25;
     else if (rho > 0.75 && sp.hits_boundary)
@@ -194,10 +222,17 @@ class TrustRegion {
       if (it.edm < opts_.edm_tol) return s.status = FitStatus::converged_edm;
     }
     // A rejected step that predicted a decrease below f's rounding level cannot be verified by any
-    // shorter step either; SciPy would shrink the radius until maxiter. The minimum is resolved as
-    // far as double precision allows (a gtol below the gradient's rounding noise cannot be met).
+    // shorter step either; SciPy would shrink the radius until maxiter. Whether this is a minimum is
+    // for the EDM at x to say, not the step: a radius collapsed on a function unbounded below, or
+    // with an indefinite Hessian, predicts as little. Converged only if the Newton step's predicted
+    // decrease (the EDM, finite and from a positive-definite H) is itself below edm_tol, or below
+    // f's rounding 4·eps·|f|, where no value of f can confirm a further decrease; else stalled.
     const double resolution = 4 * std::numeric_limits<double>::epsilon() * std::abs(s.f);
-    if (!it.accepted && trial_finite && predicted <= resolution) return s.status = FitStatus::converged_precision;
+    if (!it.accepted && trial_finite && predicted <= resolution) {
+      it.edm = edm(f, s);
+      if (it.edm < opts_.edm_tol) return s.status = FitStatus::converged_edm;
+      return s.status = it.edm <= resolution ? FitStatus::converged_precision : FitStatus::stalled;
+    }
     if (s.iteration >= s.maxiter) return s.status = FitStatus::max_iterations;
     return s.status;
   }

@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: MIT
+// The trust-region end game: steps judged where f − f⁺ is rounding noise, and no "converged" without a minimum.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fitlib/fit.hpp"
+#include "fitlib/io/rabbit.hpp"
+
+using namespace fitlib;
+
+namespace {
+
+/// f = 100 + Σ wᵢ(dᵢ⁴ + 1e-6·dᵢ²), dᵢ = xᵢ − cᵢ, its value rounded to a multiple of q = 1e-10 (450·eps·|f|,
+/// as a likelihood's sum of n·ln ν rounds), its gradient and Hessian exact. Newton converges linearly
+/// on the quartic, so its predicted decreases pass through the whole range below q.
+struct RoundedQuartic {
+  std::vector<double> w{1, 3, 0.5, 2}, c{0.3, -0.7, 1.1, 0.05};
+  double q = 1e-10, eps2 = 1e-6;
+  index_t size() const { return static_cast<index_t>(w.size()); }
+  double at(const double* x) const {
+    double f = 100;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      const double d = x[i] - c[i];
+      f += w[i] * (d * d * d * d + eps2 * d * d);
+    }
+    return std::round(f / q) * q;
+  }
+  void value(ConstBlockView<double> X, std::span<double> f) const {
+    for (index_t j = 0; j < X.cols; ++j) f[static_cast<std::size_t>(j)] = at(X.col(j));
+  }
+  void value_grad(ConstBlockView<double> X, std::span<double> f, BlockView<double> G) const {
+    if (!f.empty()) value(X, f);
+    for (index_t j = 0; j < X.cols; ++j)
+      for (index_t i = 0; i < size(); ++i) {
+        const double d = X(i, j) - c[static_cast<std::size_t>(i)];
+        G(i, j) = w[static_cast<std::size_t>(i)] * (4 * d * d * d + 2 * eps2 * d);
+      }
+  }
+  void hessp(ConstBlockView<double> X, ConstBlockView<double> V, BlockView<double> HV) const {
+    for (index_t k = 0; k < V.cols; ++k)
+      for (index_t i = 0; i < size(); ++i) {
+        const double d = X(i, X.cols == 1 ? 0 : k) - c[static_cast<std::size_t>(i)];
+        HV(i, k) = w[static_cast<std::size_t>(i)] * (12 * d * d + 2 * eps2) * V(i, k);
+      }
+  }
+};
+
+/// f = −exp(x₀) + ½x₁²: unbounded below, its Hessian indefinite everywhere.
+struct ExpDown {
+  index_t size() const { return 2; }
+  void value(ConstBlockView<double> X, std::span<double> f) const {
+    for (index_t j = 0; j < X.cols; ++j) f[static_cast<std::size_t>(j)] = -std::exp(X(0, j)) + 0.5 * X(1, j) * X(1, j);
+  }
+  void value_grad(ConstBlockView<double> X, std::span<double> f, BlockView<double> G) const {
+    if (!f.empty()) value(X, f);
+    for (index_t j = 0; j < X.cols; ++j) {
+      G(0, j) = -std::exp(X(0, j));
+      G(1, j) = X(1, j);
+    }
+  }
+  void hessp(ConstBlockView<double> X, ConstBlockView<double> V, BlockView<double> HV) const {
+    for (index_t k = 0; k < V.cols; ++k) {
+      HV(0, k) = -std::exp(X(0, X.cols == 1 ? 0 : k)) * V(0, k);
+      HV(1, k) = V(1, k);
+    }
+  }
+};
+
+/// The NLL of one Poisson bin ν = μ·s + b with n = 0 observed and a vanishing background: f = ν is
+/// linear in μ and unbounded below (S1's toys with backgrounds scaled by 1e-4, μ = 0, a linear POI),
+/// plus a unit Gaussian constraint on a nuisance that scales ν.
+struct VanishingBackground {
+  double s = 1e4, b = 1e-4;
+  index_t size() const { return 2; }
+  double nu(const double* x) const { return (x[0] * s + b) * std::exp(0.1 * x[1]); }
+  void value(ConstBlockView<double> X, std::span<double> f) const {
+    for (index_t j = 0; j < X.cols; ++j) f[static_cast<std::size_t>(j)] = nu(X.col(j)) + 0.5 * X(1, j) * X(1, j);
+  }
+  void value_grad(ConstBlockView<double> X, std::span<double> f, BlockView<double> G) const {
+    if (!f.empty()) value(X, f);
+    for (index_t j = 0; j < X.cols; ++j) {
+      const double e = std::exp(0.1 * X(1, j));
+      G(0, j) = s * e;
+      G(1, j) = 0.1 * nu(X.col(j)) + X(1, j);
+    }
+  }
+  void hessp(ConstBlockView<double> X, ConstBlockView<double> V, BlockView<double> HV) const {
+    for (index_t k = 0; k < V.cols; ++k) {
+      const double* x = X.col(X.cols == 1 ? 0 : k);
+      const double e = std::exp(0.1 * x[1]);
+      HV(0, k) = 0.1 * s * e * V(1, k);
+      HV(1, k) = 0.1 * s * e * V(0, k) + (0.01 * nu(x) + 1) * V(1, k);
+    }
+  }
+};
+
+/// f = 1e20 − 1e-30·x: unbounded below, but no step changes its value in double precision, and its
+/// gradient is far below gtol's default 1e-4: a collapsed radius used to pass for a minimum here.
+struct FlatSlope {
+  index_t size() const { return 1; }
+  void value(ConstBlockView<double> X, std::span<double> f) const {
+    for (index_t j = 0; j < X.cols; ++j) f[static_cast<std::size_t>(j)] = 1e20 - 1e-30 * X(0, j);
+  }
+  void value_grad(ConstBlockView<double> X, std::span<double> f, BlockView<double> G) const {
+    if (!f.empty()) value(X, f);
+    for (index_t j = 0; j < X.cols; ++j) G(0, j) = -1e-30;
+  }
+  void hessp(ConstBlockView<double>, ConstBlockView<double> V, BlockView<double> HV) const {
+    for (index_t k = 0; k < V.cols; ++k) HV(0, k) = 0 * V(0, k);
+  }
+};
+
+/// NaN gradient, finite value.
+struct NanGradientAtStart {
+  index_t size() const { return 1; }
+  void value(ConstBlockView<double> X, std::span<double> f) const {
+    for (index_t j = 0; j < X.cols; ++j) f[static_cast<std::size_t>(j)] = X(0, j) * X(0, j);
+  }
+  void value_grad(ConstBlockView<double> X, std::span<double> f, BlockView<double> G) const {
+    if (!f.empty()) value(X, f);
+    for (index_t j = 0; j < X.cols; ++j) G(0, j) = std::numeric_limits<double>::quiet_NaN();
+  }
+  void hessp(ConstBlockView<double>, ConstBlockView<double> V, BlockView<double> HV) const {
+    for (index_t k = 0; k < V.cols; ++k) HV(0, k) = 2 * V(0, k);
+  }
+};
+
+template <class Sub, class F>
+FitStatus minimise(F& f, std::vector<double> x0, TrustRegionOptions o, TrustRegionState<Sub>& s, HistoryRecorder& h) {
+  const TrustRegion<Sub> tr(o);
+  tr.init(f, s, x0);
+  return tr.run(f, s, h);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("end game: a value with rounding noise above eps·|f| still converges by EDM", "[minimize][endgame]", Gltr, SteihaugCG,
+                   Exact) {
+  RoundedQuartic f;
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = 1e-14;  // far below the value's resolution 1e-10: only the gradients can resolve it
+  TrustRegionState<TestType> s;
+  HistoryRecorder h;
+  const FitStatus status = minimise<TestType>(f, {2.0, -2.0, -1.0, 1.5}, o, s, h);
+  CHECK(status == FitStatus::converged_edm);
+  CHECK(s.last.edm < o.edm_tol);
+  for (std::size_t i = 0; i < f.c.size(); ++i) CHECK(std::abs(s.x[i] - f.c[i]) < 3e-4);  // EDM 1e-14, curvature 2e-6·wᵢ: |dᵢ| ≲ 1e-4
+  index_t by_slope = 0;
+  for (const auto& it : h.history()) by_slope += it.slope_judged;
+  CHECK(by_slope >= 1);              // the noise did defeat ρ = (f − f⁺)/pred
+  CHECK(s.iteration < 100);          // no run of rejections collapsing the radius
+}
+
+TEMPLATE_TEST_CASE("end game: a function unbounded below never converges", "[minimize][endgame]", Gltr, SteihaugCG, Exact) {
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = 1e-12;
+  o.maxiter = 2000;
+  {
+    ExpDown f;
+    TrustRegionState<TestType> s;
+    HistoryRecorder h;
+    const FitStatus status = minimise<TestType>(f, {0.0, 1.0}, o, s, h);
+    INFO(to_string(status) << " after " << s.iteration << " iterations, f = " << s.f);
+    CHECK_FALSE(converged(status));
+  }
+  {
+    VanishingBackground f;
+    TrustRegionState<TestType> s;
+    HistoryRecorder h;
+    const FitStatus status = minimise<TestType>(f, {0.0, 0.0}, o, s, h);
+    INFO(to_string(status) << " after " << s.iteration << " iterations, f = " << s.f);
+    CHECK_FALSE(converged(status));
+  }
+  {
+    FlatSlope f;
+    TrustRegionState<TestType> s;
+    HistoryRecorder h;
+    CHECK(minimise<TestType>(f, {0.0}, o, s, h) == FitStatus::stalled);
+    CHECK(s.last.edm == std::numeric_limits<double>::infinity());  // H = 0: no minimum to measure a distance to
+  }
+}
+
+TEST_CASE("end game: a non-finite gradient at the start is told from a non-finite value", "[minimize][endgame]") {
+  NanGradientAtStart f;
+  TrustRegionState<Gltr> s;
+  HistoryRecorder h;
+  CHECK(minimise<Gltr>(f, {1.0}, {}, s, h) == FitStatus::not_finite_gradient);
+  CHECK(minimise<Gltr>(f, {std::numeric_limits<double>::infinity()}, {}, s, h) == FitStatus::not_finite);
+  CHECK(to_string(FitStatus::not_finite_gradient).find("gradient") != std::string_view::npos);
+  CHECK_FALSE(converged(FitStatus::stalled));
+}
+
+TEST_CASE("end game: rabbit's test tensor without bin-by-bin statistics, trust-krylov as trust-ncg", "[minimize][endgame][rabbit]") {
+  // Its value rounds to ~1e-11 (n·(ln ν − ln n) over bins with n up to 5e3), 250·eps·|f|: ρ was noise
+  // from EDM 2e-12 on, and trust-krylov stopped there, 9e-6 relative off in σ.
+  const io::RabbitTensor in = io::read_rabbit(std::string(FITLIB_TEST_DATA_DIR) + "/rabbit/test_tensor.hdf5");
+  LikelihoodOptions lo;
+  lo.bin_by_bin.enabled = false;
+  SerialLikelihood lik(in.model, {}, lo);
+  TrustRegionOptions o;  // fitlib-fit's defaults
+  o.gtol = 0;
+  o.edm_tol = 1e-12;
+  const FitResult krylov = fit(lik, TrustRegion<Gltr>(o));
+  const FitResult ncg = fit(lik, TrustRegion<SteihaugCG>(o));
+  CHECK(krylov.status == FitStatus::converged_edm);
+  CHECK(ncg.status == FitStatus::converged_edm);
+  CHECK(krylov.edm < o.edm_tol);
+  for (std::size_t i = 0; i < krylov.x.size(); ++i) {
+    INFO(krylov.names[i]);
+    CHECK(std::abs(krylov.x[i] - ncg.x[i]) < 1e-7 * ncg.uncertainties[i]);
+    CHECK(std::abs(krylov.uncertainties[i] / ncg.uncertainties[i] - 1) < 1e-7);
+  }
+}
