@@ -141,7 +141,7 @@ printf '\x80\x04\x95\x22\x00\x00\x00\x00\x00\x00\x00\x8c\x04hist\x8c\x0caxis.Int
 printf '\x80\x04\x8f(K\x01\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01\x90G?\xf0\x00\x00\x00\x00\x00\x00\x94h\x00\x87.' >"$pk/p4_set_long"
 : >"$pk/empty"
 echo "fuzz: running fuzz_pickle for ${pickle_seconds}s"
-"$work/fuzz_pickle" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -max_total_time="$pickle_seconds" \
+"$work/fuzz_pickle" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -max_total_time="$pickle_seconds" \
   -artifact_prefix="$work/pickle_artifacts/" "$pk" >"$work/fuzz_pickle.log" 2>&1
 pickle_rc=$?
 tail -n 3 "$work/fuzz_pickle.log"

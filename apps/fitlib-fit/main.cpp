@@ -88,7 +88,7 @@ bool is_toy(const io::FitRecord& f) { return f.name.rfind("toy", 0) == 0; }
 /// path (HDF5_PLUGIN_PATH or its default) and, if Blosc2 is still missing, the directory of an importable
 /// Python `hdf5plugin`. Set through HDF5's API, so that no variable has to be exported into the shell,
 /// where it would also redirect h5py (and break hdf5plugin's writes in rabbit's TensorWriter).
-void find_filter_plugins(const std::string& option) {
+void find_filter_plugins(const std::string& option, index_t ranks) {
   std::vector<std::string> dirs;
   auto add = [&](const std::string& list) {
     for (std::size_t b = 0; b <= list.size();) {
@@ -104,7 +104,8 @@ void find_filter_plugins(const std::string& option) {
 #endif
   for (auto& d : io::hdf5::plugin_search_path()) dirs.push_back(std::move(d));
   io::hdf5::set_plugin_search_path(dirs);
-  if (io::hdf5::filter_available(32026)) return;
+  // Python is asked in a single process only (no fork under MPI), and only when Blosc2 or rabbit's Blosc (meta) is missing.
+  if (ranks > 1 || (io::hdf5::filter_available(32026) && io::hdf5::filter_available(32001))) return;
   std::FILE* py = popen("python3 -c 'import hdf5plugin, sys; sys.stdout.write(hdf5plugin.PLUGINS_PATH)' 2>/dev/null", "r");
   if (py == nullptr) return;
   std::string dir;
@@ -271,7 +272,8 @@ void blind(io::FitRecord& f, const Blinding& b) {
 class StageProgress {
  public:
   using clock = std::chrono::steady_clock;
-  StageProgress(std::string what, index_t total) : what_(std::move(what)), total_(total) {}
+  /// `silent`: count without printing (MPI ranks other than 0).
+  StageProgress(std::string what, index_t total, bool silent = false) : what_(std::move(what)), total_(total), silent_(silent) {}
   StageProgress(const StageProgress&) = delete;
   StageProgress& operator=(const StageProgress&) = delete;
   ~StageProgress() {
@@ -280,7 +282,7 @@ class StageProgress {
   void advance(index_t n = 1) {
     done_ += n;
     const auto now = clock::now();
-    if (now - start_ >= std::chrono::seconds(1) && (!spoke_ || now - last_ >= std::chrono::seconds(5))) {
+    if (!silent_ && now - start_ >= std::chrono::seconds(1) && (!spoke_ || now - last_ >= std::chrono::seconds(5))) {
       last_ = now;
       spoke_ = true;
       if (done_ < total_) print("running for");
@@ -297,7 +299,7 @@ class StageProgress {
   std::string what_;
   index_t total_, done_ = 0;
   clock::time_point start_ = clock::now(), last_ = start_;
-  bool spoke_ = false;
+  bool silent_, spoke_ = false;
 };
 
 /// The options of every fit of the run; toys fitted in batches use them too, so that a batched toy
@@ -342,7 +344,8 @@ void postfit(io::FitRecord& rec, Lik& lik, const TrustRegion<Sub>& tr, const Arg
   // Toys report their progress as a whole (run_toys), not each toy's postfit.
   std::optional<StageProgress> progress;
   if (!is_toy(rec))
-    progress.emplace("postfit of '" + rec.name + "' (impacts, scans)", index_t{a.impacts} + index_t{a.global_impacts} + static_cast<index_t>(params.size()));
+    progress.emplace("postfit of '" + rec.name + "' (impacts, scans)", index_t{a.impacts} + index_t{a.global_impacts} + static_cast<index_t>(params.size()),
+                     a.rank > 0);
   auto advance = [&] {
     if (progress) progress->advance();
   };
@@ -369,6 +372,16 @@ void explain_start(Lik& lik, const io::FitRecord& rec, const Args& a) {
   if (rec.result.status != FitStatus::not_finite && rec.result.status != FitStatus::not_finite_gradient) return;
   const std::string why = lik.explain_non_finite(rec.result.x0);
   if (a.rank == 0 && !why.empty()) std::fprintf(stderr, "fitlib-fit: fit '%s' cannot start: %s\n", rec.name.c_str(), why.c_str());
+}
+
+/// The record of a fit that threw instead of returning a status: status aborted, the message in `error`.
+io::FitRecord failed_fit(const std::string& name, const std::string& error) {
+  io::FitRecord rec;
+  rec.name = name;
+  rec.error = error;
+  rec.result.status = FitStatus::aborted;
+  std::fprintf(stderr, "fitlib-fit: warning: fit '%s' failed: %s\n", name.c_str(), error.c_str());
+  return rec;
 }
 
 /// One fit to the likelihood's current data, then its postfit.
@@ -402,7 +415,8 @@ index_t replica_width(const Args& a, int toys) {
 
 /// Pulls (x̂ − truth)/σ̂ and fitted values of the POIs and NOIs over the converged toys `fits`;
 /// `truth` holds each toy's generating values of those targets, toy after toy.
-io::ToySummary summarize_toys(const Model& m, std::span<const io::FitRecord> fits, const std::vector<double>& truth) {
+io::ToySummary summarize_toys(const Model& m, const std::vector<std::string>& names, std::span<const io::FitRecord> fits,
+                              const std::vector<double>& truth) {
   const std::vector<index_t> targets = impact_targets(m);
   io::ToySummary s;
   s.toys = static_cast<index_t>(fits.size());
@@ -416,7 +430,7 @@ io::ToySummary summarize_toys(const Model& m, std::span<const io::FitRecord> fit
       values.push_back(r.x[i]);
       pulls.push_back((r.x[i] - truth[t * targets.size() + k]) / r.uncertainties[i]);
     }
-    s.targets.push_back({fits.empty() ? std::string() : fits.front().result.names[i], spread(values), spread(pulls)});
+    s.targets.push_back({names[i], spread(values), spread(pulls)});
   }
   return s;
 }
@@ -444,13 +458,18 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
   const index_t width = replica_width(a, n);
   double seconds = 0;
   std::optional<BatchStatistics> pooled;
-  StageProgress progress(std::to_string(n) + " toys minimised", n);
+  StageProgress progress(std::to_string(n) + (width == 1 ? " toys fitted" : " toys minimised"), n, a.rank > 0);
   if (width == 1) {
     for (int i = 1; i <= n; ++i) {
       const Toy toy = generate(i);
       lik.set_data(toy.data);
       lik.set_constraint_centres(toy.constraints.theta0);
-      out.push_back(fit_one(lik, tr, a, "toy" + std::to_string(i), toy.data));
+      const std::string name = "toy" + std::to_string(i);
+      try {
+        out.push_back(fit_one(lik, tr, a, name, toy.data));
+      } catch (const fitlib::error& e) {  // kept as what it is, with every other toy
+        out.push_back(failed_fit(name, e.what()));
+      }
       lik.set_constraint_centres(m.theta0);
       seconds += out.back().minimize_seconds;
       progress.advance();
@@ -486,16 +505,19 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
         rec.result = std::move(static_cast<FitResult&>(b.replicas[k]));
         // The batch's time shared evenly: the toys were minimised together, not one by one.
         rec.minimize_seconds = b.statistics.seconds / static_cast<double>(inputs.size());
-        // A toy whose fit threw is kept as what it is (status aborted, its error), with every other toy.
+        // A toy whose fit or postfit threw is kept as what it is (its error), with every other toy.
         if (rec.error.empty()) {
           lik.set_data(inputs[k].data);
           lik.set_constraint_centres(inputs[k].constraint_centres);
-          explain_start(lik, rec, a);
-          postfit(rec, lik, tr, a, inputs[k].data);
+          try {
+            explain_start(lik, rec, a);
+            postfit(rec, lik, tr, a, inputs[k].data);
+          } catch (const fitlib::error& e) {
+            rec.error = std::string("postfit: ") + e.what();
+          }
           lik.set_constraint_centres(m.theta0);
-        } else {
-          std::fprintf(stderr, "fitlib-fit: warning: fit '%s' failed: %s\n", name.c_str(), rec.error.c_str());
         }
+        if (!rec.error.empty() && a.rank == 0) std::fprintf(stderr, "fitlib-fit: warning: fit '%s' failed: %s\n", name.c_str(), rec.error.c_str());
         out.push_back(std::move(rec));
       }
     }
@@ -504,7 +526,7 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
     pooled->seconds = seconds;
     if (pooled->rounds > 0) pooled->active_fraction /= static_cast<double>(pooled->rounds);
   }
-  io::ToySummary s = summarize_toys(m, std::span<const io::FitRecord>(out).subspan(first), truth);
+  io::ToySummary s = summarize_toys(m, lik.parameter_names(), std::span<const io::FitRecord>(out).subspan(first), truth);
   s.width = width;
   s.seconds = seconds;
   s.batch = pooled;
@@ -526,14 +548,18 @@ Fits run_fits(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const io::Rab
   const Blinding blinding = make_blinding(m, lik.parameter_names(), a);
   const std::vector<double> observed = m.data;
   const std::vector<double> variances = m.data_variance;
+  // The Asimov data are checked before any fit runs.
+  std::vector<double> asimov_data;
+  if (std::find(a.toys.begin(), a.toys.end(), -1) != a.toys.end()) {
+    asimov_data = asimov(lik, lik.default_parameters());
+    for (index_t b = 0; b < m.nbins(); ++b)
+      if (const double nu = asimov_data[static_cast<std::size_t>(b)]; !(nu >= 0))
+        throw usage_error("the Asimov data (-t -1, the expectation at the default parameters) of " + m.describe_bin(b) + " is " +
+                          std::to_string(nu) + "; a bin's total expectation must be ≥ 0 to be fitted as data (--allowNegativeExpectation "
+                          "allows negative yields of single processes only)");
+  }
   for (int t : a.toys) {
     if (t == -1) {
-      const std::vector<double> asimov_data = asimov(lik, lik.default_parameters());
-      for (index_t b = 0; b < m.nbins(); ++b)
-        if (const double nu = asimov_data[static_cast<std::size_t>(b)]; !(nu >= 0))
-          throw usage_error("the Asimov data (-t -1, the expectation at the default parameters) of " + m.describe_bin(b) + " is " +
-                            std::to_string(nu) + "; a bin's total expectation must be ≥ 0 to be fitted as data (--allowNegativeExpectation "
-                            "allows negative yields of single processes only)");
       lik.set_data(asimov_data);
       out.push_back(fit_one(lik, tr, a, "asimov", asimov_data));
     } else if (t == 0 && a.use_pseudodata) {
@@ -860,7 +886,7 @@ int main(int argc, char** argv) {
       throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts or --scan; drop one of them");
     if (a.threads < 1) throw usage_error("--threads must be ≥ 1, got " + std::to_string(a.threads));
     a.seed = parse_seed(a.seed_text);
-    find_filter_plugins(a.plugin_path);
+    find_filter_plugins(a.plugin_path, a.ranks);
     // The outputs are checked before anything is computed, so that no run's work is lost to a bad path.
     if (a.rank == 0) {
       io::check_output_path(a.output, "-o/--output", {a.input});
@@ -931,12 +957,19 @@ int main(int argc, char** argv) {
     // A failed write (a full disk, a vanished directory) still shows the results on stdout; any earlier
     // file at the output paths is left as it was (io::ReplacingFile).
     std::string write_error;
+    const auto t_write = std::chrono::steady_clock::now();
     try {
-      io::write_results(a.output, run, fits.records, fits.toys);
-      if (a.json) io::write_results_json(json_path(a), run, fits.records, fits.toys);
-    } catch (const fitlib::error& e) {
+      // Both files written before either is renamed into place, so that the pair is one run's.
+      io::ReplacingFile results(a.output);
+      results.write(io::results_image(a.output, run, fits.records, fits.toys), "the results file");
+      std::optional<io::ReplacingFile> summary;
+      if (a.json) summary.emplace(json_path(a)).write(io::results_json_text(run, fits.records, fits.toys), "the JSON summary");
+      results.commit();
+      if (summary) summary->commit();
+    } catch (const std::exception& e) {  // a file_error, or no memory for the image
       write_error = e.what();
     }
+    const double write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_write).count();
     for (const auto& f : fits.records)
       if (!is_toy(f)) print_summary(*model, f, a.allow_negative_poi);
     if (fits.toys) print_toy_summary(*fits.toys, fits.records);
@@ -946,11 +979,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fitlib-fit: error: the results were computed but could not be written: %s\n", write_error.c_str());
       return 4;
     }
-    std::printf("\nwrote %s%s; total %.3f s\n", a.output.c_str(), a.json ? (" and " + json_path(a)).c_str() : "", total);
+    std::printf("\nwrote %s%s in %.3f s; total %.3f s\n", a.output.c_str(), a.json ? (" and " + json_path(a)).c_str() : "", write_seconds, total);
     return all_converged ? 0 : 3;
   } catch (const fitlib::error& e) {
     return fail(a, e.what());
   } catch (const std::invalid_argument& e) {
     return fail(a, e.what());
+  } catch (const std::exception& e) {  // not bad input: a fault (no memory, a library's own error), still said, never a terminate
+    return fail(a, (std::string("unexpected failure: ") + e.what()).c_str());
   }
 }

@@ -276,10 +276,90 @@ TEST_CASE("pickle: malformed streams throw file_error with the offset", "[io][pi
     fails("]q\x00h\x00" "a."s, "a container holding itself", "at byte 0");
     std::string laughs = "K\x01"s;  // each level a pair of the level below: 2^40 values from 240 bytes
     for (int i = 0; i < 40; ++i) laughs += "q\x00" "0(h\x00h\x00t"s;
-    fails(laughs + ".", "more than 1048576 values", "at byte");
+    fails(laughs + ".", "expand beyond 1048576 bytes", "at byte");  // the byte budget (1 MiB for a short stream) comes first
+    fails(laughs + ".", "more than 1048576 values", "at byte", Limits{.max_bytes = std::size_t{1} << 26});
     fails("(K\x01K\x02K\x03l."s, "more than 2 values", "at byte 3", Limits{.max_depth = 128, .max_values = 2});
     fails("]]]aa."s, "nested deeper than 1 levels", "at byte 2", Limits{.max_depth = 1});
   }
+}
+
+TEST_CASE("pickle: memo references cannot blow up memory or time", "[io][pickle]") {
+  const auto expands = [](const std::string& s, const Limits& limits = {}) {
+    INFO("stream of " << s.size() << " bytes");
+    try {
+      dec(s, limits);
+      FAIL("decoded");
+    } catch (const file_error& e) {
+      CHECK_THAT(e.what(), Contains("malformed pickle: the decoded values expand beyond") && Contains(" bytes") && Contains("at byte"));
+    }
+  };
+  const auto le4 = [](std::size_t n) {
+    std::string b;
+    for (int k = 0; k < 4; ++k) b += static_cast<char>((n >> (8 * k)) & 0xff);
+    return b;
+  };
+  SECTION("one string referenced over and over: each use is charged its bytes") {
+    // a 256 KiB str, memoised, then a list of 50000 references to it: 12.8 GB as a tree, from 356 KB
+    const std::string bomb = "\x80\x04X"s + le4(std::size_t{1} << 18) + std::string(std::size_t{1} << 18, 'x') + "\x94](" +
+                             [] { std::string g; for (int k = 0; k < 50000; ++k) g += "h\x00"s; return g; }() + "e.";
+    expands(bomb);
+    // the default budget: 64 × the stream's size, at least 1 MiB, at most 1 GiB
+    CHECK(Limits::default_max_bytes(0) == std::size_t{1} << 20);
+    CHECK(Limits::default_max_bytes(bomb.size()) == 64 * bomb.size());
+    CHECK(Limits::default_max_bytes(std::size_t{1} << 40) == std::size_t{1} << 30);
+    try {
+      dec(bomb);
+    } catch (const file_error& e) {
+      CHECK_THAT(e.what(), Contains("beyond " + std::to_string(64 * bomb.size()) + " bytes"));
+    }
+    // an explicit limit; a short list of references fits the default
+    const std::string few = "X\x03\x00\x00\x00" "abcq\x00](h\x00h\x00h\x00" "e."s;
+    CHECK(dec(few).items.size() == 3);
+    expands(few, Limits{.max_bytes = 100});
+    CHECK(dec(few, Limits{.max_bytes = 4 * (Limits::value_cost + 3)}).items.at(2).text == "abc");
+  }
+  SECTION("one argument tuple reused by many REDUCEs") {
+    // a tuple of 20000 Nones, memoised, passed to a memoised global 100000 times: 2·10⁹ arguments from 320 KB
+    std::string s = "\x80\x02" "c__main__\nC\nq\x00("s + std::string(20000, 'N') + "tq\x01](";
+    for (int k = 0; k < 100000; ++k) s += "h\x00h\x01R"s;
+    s += "e.";
+    expands(s, Limits{.max_bytes = std::size_t{1} << 22});  // 4 MiB: fails within 131072 values (so does the default, 20 MB here, later)
+    // the same calls, discarded (POP): the arguments are shared, not copied, so nothing grows
+    std::string popped = "\x80\x02" "c__main__\nC\nq\x00("s + std::string(20000, 'N') + "tq\x01";
+    for (int k = 0; k < 100000; ++k) popped += "h\x00h\x01R0"s;
+    popped += "N.";
+    CHECK(dec(popped).kind == Kind::none);
+    // a shared argument tuple still reads as each call's arguments; NEWOBJ_EX's keywords as the dict was then
+    const Value two = dec("\x80\x04\x8c\x01m\x8c\x01" "C\x93\x94K\x07\x85\x94}\x94h\x00h\x01h\x02\x92h\x02K\x01K\x02s0h\x00h\x01h\x02\x92\x86."s);
+    REQUIRE(two.items.size() == 2);
+    for (const Value& o : two.items) {
+      CHECK(o.text == "m.C");
+      check_int(o.items.at(0), 7);
+    }
+    CHECK(two.items[0].kwargs.empty());
+    REQUIRE(two.items[1].kwargs.size() == 1);
+    check_int(two.items[1].kwargs[0].first, 1);
+  }
+  SECTION("a long global name, memoised and called or looked up over and over") {
+    std::string call = "\x80\x04X"s + le4(std::size_t{1} << 16) + std::string(std::size_t{1} << 16, 'm') + "\x94\x8c\x01" "C\x94\x93\x94";
+    std::string lookup = call;
+    for (int k = 0; k < 20000; ++k) call += "h\x02)R0"s;
+    for (int k = 0; k < 20000; ++k) lookup += "h\x00h\x01\x93" "0"s;
+    expands(call + "N.");
+    expands(lookup + "N.");
+  }
+}
+
+TEST_CASE("pickle: a dict key set twice keeps its last value, as Python does", "[io][pickle]") {
+  // {"k": 1, "j": 2, "k": 3}: Python's pickle.loads gives {"k": 3, "j": 2}
+  const Value v = dec("}(\x8c\x01kK\x01\x8c\x01jK\x02\x8c\x01kK\x03u."s);
+  REQUIRE(v.kind == Kind::dict);
+  check_int(at(v, "k"), 3);
+  check_int(at(v, "j"), 2);
+  const Value s = dec("}\x8c\x01kK\x01s\x8c\x01kK\x02s."s);  // SETITEM twice
+  check_int(at(s, "k"), 2);
+  const Value d = dec("(\x8c\x01kK\x01\x8c\x01kK\x05" "d."s);  // DICT from a MARK
+  check_int(at(d, "k"), 5);
 }
 
 namespace {

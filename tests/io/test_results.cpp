@@ -133,3 +133,21 @@ TEST_CASE("results: outputs are checked before any work", "[io][results]") {
   CHECK(hidden_files(dir.path) == 0);
   CHECK(!std::filesystem::exists(dir / "fit.hdf5"));
 }
+
+TEST_CASE("results: a fit that threw is written with its error beside the others", "[io][results]") {
+  test::TempDir dir;
+  io::FitRecord failed;
+  failed.name = "toy2";
+  failed.error = "the toy's data are not finite";
+  failed.result.status = FitStatus::aborted;
+  const std::vector<io::FitRecord> fits = {record("toy1", 3), failed};
+  io::write_results(dir / "fit.hdf5", {}, fits);
+  io::write_results_json(dir / "fit.json", {}, fits);
+  const auto file = io::hdf5::File::open(dir / "fit.hdf5");
+  CHECK(io::hdf5::read_strings(file, "fits") == std::vector<std::string>{"toy1", "toy2"});
+  CHECK(io::hdf5::exists(file, "toy1/covariance"));
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "fit.json"));
+  CHECK(j["fits"][1]["error"] == failed.error);
+  CHECK(j["fits"][1]["converged"] == false);
+  CHECK(!j["fits"][0].contains("error"));
+}

@@ -3,9 +3,9 @@
 // file beside the target and renamed over it only once complete.
 #pragma once
 
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -38,11 +38,22 @@ inline std::filesystem::path directory_of(const std::string& path) {
   return dir.empty() ? std::filesystem::path(".") : dir;
 }
 
-/// A name in `dir` no other process or call of this process uses: `.<name>.<pid>.<n>.tmp`.
-inline std::filesystem::path temporary_beside(const std::string& path) {
-  static std::atomic<unsigned long> counter{0};
+/// Creates a new empty file beside `path`, `.<name>.XXXXXX.tmp` (mkstemps: a random name created with
+/// O_EXCL, so no other process, on this machine or another sharing the directory, gets it); returns its
+/// path. Throws `file_error` naming the directory and the cause.
+inline std::string create_temporary_beside(const std::string& path) {
   const auto p = std::filesystem::path(path);
-  return directory_of(path) / ("." + p.filename().string() + "." + std::to_string(::getpid()) + "." + std::to_string(counter++) + ".tmp");
+  std::string name = (directory_of(path) / ("." + p.filename().string() + ".XXXXXX.tmp")).string();
+  const int fd = ::mkstemps(name.data(), 4);
+  if (fd < 0) {
+    const int e = errno;
+    throw file_error("cannot create a file in '" + directory_of(path).string() + "' (" + std::strerror(e) + "); choose a writable directory");
+  }
+  const mode_t mask = ::umask(0);  // mkstemps makes 0600; a results file gets the permissions any new file would
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
+  ::close(fd);
+  return name;
 }
 
 }  // namespace detail
@@ -61,24 +72,22 @@ inline void check_output_path(const std::string& path, const std::string& what, 
   const fs::path dir = detail::directory_of(path);
   if (!fs::is_directory(dir, ec))
     throw usage_error(what + " '" + path + "': the directory '" + dir.string() + "' does not exist; create it (mkdir -p) or choose another path");
-  const fs::path probe = detail::temporary_beside(path);
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
-  if (f == nullptr) {
-    const int e = errno;
-    throw usage_error(what + " '" + path + "': cannot create a file in '" + dir.string() + "' (" + std::strerror(e) +
-                      "); choose a writable directory");
+  try {
+    fs::remove(detail::create_temporary_beside(path), ec);
+  } catch (const file_error& e) {
+    throw usage_error(what + " '" + path + "': " + e.what());
   }
-  std::fclose(f);
-  fs::remove(probe, ec);
 }
 
 /// A file written under a temporary name beside `path` and renamed onto `path` by `commit()`, so readers
 /// see either the old file or the complete new one, never a partial write: an interrupted run, a full disk
 /// or a failed write leaves any existing `path` as it was, and concurrent writers each publish a whole
-/// file (the last rename wins). Without `commit()` the temporary file is removed.
+/// file (the last rename wins). Without `commit()` the temporary file is removed (a process killed by a
+/// signal leaves it behind, as `.<name>.XXXXXX.tmp`). A `path` that is a symbolic link is replaced at its
+/// target, as writing through it would.
 class ReplacingFile {
  public:
-  explicit ReplacingFile(std::string path) : path_(std::move(path)), temporary_(detail::temporary_beside(path_).string()) {}
+  explicit ReplacingFile(const std::string& path) : path_(target_of(path)), temporary_(detail::create_temporary_beside(path_)) {}
   ReplacingFile(const ReplacingFile&) = delete;
   ReplacingFile& operator=(const ReplacingFile&) = delete;
   ~ReplacingFile() {
@@ -92,6 +101,16 @@ class ReplacingFile {
   const std::string& temporary() const { return temporary_; }
   /// The path the file will have.
   const std::string& path() const { return path_; }
+
+  /// Writes `bytes` to the temporary file (replacing what it held); throws `file_error` naming `what`.
+  void write(std::span<const std::byte> bytes, const std::string& what) const {
+    std::ofstream f(temporary_, std::ios::binary | std::ios::trunc);
+    if (!f) throw file_error("cannot write " + what + " '" + path_ + "'; check that its directory exists and is writable");
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    f.close();  // where a network file system reports a full disk
+    if (!f) throw file_error("writing " + what + " '" + path_ + "' failed (disk full?); any earlier file at that path is untouched");
+  }
+  void write(std::string_view text, const std::string& what) const { write(std::as_bytes(std::span(text.data(), text.size())), what); }
 
   /// Makes the written temporary file durable and renames it onto `path`; throws `file_error` on failure
   /// (the temporary file is then removed, and `path` is untouched).
@@ -118,25 +137,23 @@ class ReplacingFile {
     if (!ok && e != EINVAL && e != EROFS) throw file_error("cannot flush '" + path + "' to disk (" + std::strerror(e) + "); the disk may be full");
   }
 
+  static std::string target_of(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_symlink(path, ec)) return path;
+    const auto target = std::filesystem::canonical(path, ec);
+    return ec ? path : target.string();
+  }
+
   std::string path_, temporary_;
   bool committed_ = false;
 };
 
-/// Writes `bytes` to `path` through a `ReplacingFile`; throws `file_error` naming `what` and the cause.
-inline void write_file(const std::string& path, std::span<const std::byte> bytes, const std::string& what) {
+/// Writes `bytes` (or text) to `path` whole or not at all (`ReplacingFile`); throws `file_error` naming `what`.
+template <class Bytes>
+void write_file(const std::string& path, const Bytes& bytes, const std::string& what) {
   ReplacingFile out(path);
-  {
-    std::ofstream f(out.temporary(), std::ios::binary);
-    if (!f) throw file_error("cannot write " + what + " '" + path + "'; check that its directory exists and is writable");
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    f.flush();
-    if (!f) throw file_error("writing " + what + " '" + path + "' failed (disk full?); any earlier file at that path is untouched");
-  }
+  out.write(bytes, what);
   out.commit();
-}
-
-inline void write_file(const std::string& path, std::string_view text, const std::string& what) {
-  write_file(path, std::as_bytes(std::span(text.data(), text.size())), what);
 }
 
 }  // namespace fitlib::io

@@ -3,6 +3,7 @@
 // small encoder (protocol 4) for the values it decodes.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
@@ -41,7 +42,9 @@ struct Value {
   double floating = 0;
   std::string text;                 ///< str (UTF-8), bytes (and bytearray), object: "module.qualname"
   std::vector<Value> items;         ///< list and tuple elements; object: the positional arguments
-  std::vector<std::pair<Value, Value>> entries;  ///< dict items in stream order; object: SETITEM(S) onto it
+  /// dict items in stream order, one per SETITEM(S) (a key set twice appears twice; `find` returns the last, the
+  /// value Python keeps); object: SETITEM(S) onto it
+  std::vector<std::pair<Value, Value>> entries;
   // object only:
   bool instance = false;            ///< created by calling the global (else a reference to the global itself)
   std::vector<std::pair<Value, Value>> kwargs;  ///< NEWOBJ_EX's keyword arguments
@@ -49,7 +52,8 @@ struct Value {
   std::vector<Value> appended;      ///< APPEND(S) / ADDITEMS onto it (list or set subclasses, sets)
 
   bool is(Kind k) const { return kind == k; }
-  /// The value of the dict entry whose key is the string `key`, or nullptr (also when this is not a dict).
+  /// The value of the dict entry whose key is the string `key`, or nullptr (also when this is not a dict). A key
+  /// set more than once gives its last value, as in Python.
   const Value* find(std::string_view key) const;
 
   // Declared here, defaulted below: Value holds std::pair<Value, Value>s, and clang (with libstdc++) would otherwise
@@ -71,15 +75,27 @@ inline Value::~Value() = default;
 
 inline const Value* Value::find(std::string_view key) const {
   if (kind != Kind::dict) return nullptr;
-  for (const auto& entry : entries)
-    if (entry.first.kind == Kind::string && entry.first.text == key) return &entry.second;
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it)  // from the back: the last assignment wins
+    if (it->first.kind == Kind::string && it->first.text == key) return &it->second;
   return nullptr;
 }
 
-/// Bounds on the decoded tree: memo references can share one value many times over (each use is a copy here).
+/// Bounds on the decoded tree: memo references can share one value many times over (each use is a copy here), so
+/// a small stream could otherwise ask for an enormous tree.
 struct Limits {
   std::size_t max_depth = 128;          ///< nesting of containers and objects
   std::size_t max_values = std::size_t{1} << 20;  ///< values in the whole tree, shared ones counted at each use
+  /// Bytes the decoded tree may take: the text of every str, bytes, big int and global name plus `value_cost` per
+  /// value, shared ones counted at each use (and so are the names the decoder copies while it runs). 0 (the
+  /// default): 64 times the stream's size, at least 1 MiB and at most 1 GiB (`default_max_bytes`).
+  std::size_t max_bytes = 0;
+
+  static constexpr std::size_t value_cost = 32;  ///< the nominal bytes charged per value (max_values bounds their count)
+  /// `max_bytes`'s default for a stream of `size` bytes: max(64 × size, 1 MiB), at most 1 GiB.
+  static constexpr std::size_t default_max_bytes(std::size_t size) {
+    constexpr std::size_t floor = std::size_t{1} << 20, cap = std::size_t{1} << 30;
+    return size >= cap / 64 ? cap : std::max(64 * size, floor);
+  }
 };
 
 namespace detail {
@@ -88,7 +104,8 @@ namespace detail {
 /// as Python's does) and become a Value tree at STOP.
 class Machine {
  public:
-  Machine(std::span<const std::uint8_t> in, const Limits& limits) : in_(in), limits_(limits) {}
+  Machine(std::span<const std::uint8_t> in, const Limits& limits)
+      : in_(in), limits_(limits), max_bytes_(limits.max_bytes != 0 ? limits.max_bytes : Limits::default_max_bytes(in.size())) {}
 
   Value run() {
     while (true) {
@@ -114,13 +131,17 @@ class Machine {
     double floating = 0;
     std::string text, big_integer;
     std::vector<std::size_t> items, appended;
-    std::vector<std::pair<std::size_t, std::size_t>> entries, kwargs;
+    std::vector<std::pair<std::size_t, std::size_t>> entries;
+    // object only: the argument tuple (tuples never change once made, so it is shared, not copied; npos: `items`),
+    // and NEWOBJ_EX's keyword dict with how many of its entries it had then (entries are only ever appended)
+    std::size_t args = npos, kwargs = npos, kwargs_count = 0;
     std::size_t state = npos;
     std::size_t offset = 0;  // the opcode that made it, for messages
   };
 
   std::span<const std::uint8_t> in_;
   Limits limits_;
+  std::size_t max_bytes_, spent_ = 0;  // the byte budget (Limits::max_bytes) and what the tree and copies took of it
   std::size_t pos_ = 0, at_ = 0;
   std::vector<Node> nodes_;
   std::vector<std::size_t> stack_, marks_;
@@ -133,6 +154,13 @@ class Machine {
   static std::string hex(std::uint8_t b) {
     const char* d = "0123456789abcdef";
     return {d[b >> 4], d[b & 15]};
+  }
+
+  /// Takes `n` bytes from the budget, or fails at `offset` when they are not left.
+  void charge(std::size_t n, std::size_t offset) {
+    if (n > max_bytes_ - spent_)
+      fail("the decoded values expand beyond " + std::to_string(max_bytes_) + " bytes (memo references repeat shared ones)", offset);
+    spent_ += n;
   }
 
   // ---- reading the stream
@@ -330,10 +358,12 @@ class Machine {
   void call(std::size_t callable, std::size_t args, const char* how) {
     const Node& c = node(callable);
     if (c.kind != Kind::object || c.instance) fail(std::string(how) + "'s callable is a " + (c.instance ? "class instance" : kind_name(c.kind)) + ", not a global");
-    Node n = global("", "");
+    expect(args, Kind::tuple, (std::string(how) + "'s argument").c_str());
+    charge(c.text.size(), at_);  // a memoised global may be called many times over
+    Node n = scalar(Kind::object);
     n.text = c.text;
     n.instance = true;
-    n.items = expect(args, Kind::tuple, (std::string(how) + "'s argument").c_str()).items;
+    n.args = args;
     push(std::move(n));
   }
   void set_items(std::size_t target, const std::vector<std::size_t>& kv) {
@@ -434,8 +464,9 @@ class Machine {
       case 'c': { std::string module(line()); push(global(std::move(module), line())); break; }
       case 0x93: {
         const std::size_t name = pop(), module = pop();
-        std::string m = expect(module, Kind::string, "STACK_GLOBAL's module").text;
-        push(global(std::move(m), expect(name, Kind::string, "STACK_GLOBAL's name").text));
+        const std::size_t m = expect(module, Kind::string, "STACK_GLOBAL's module").text.size();
+        charge(m + expect(name, Kind::string, "STACK_GLOBAL's name").text.size(), at_);  // memoised strings, used many times over
+        push(global(node(module).text, node(name).text));
         break;
       }
       case 0x82: case 0x83: case 0x84: {
@@ -447,9 +478,10 @@ class Machine {
       case 0x81: { const std::size_t args = pop(), cls = pop(); call(cls, args, "NEWOBJ"); break; }
       case 0x92: {
         const std::size_t kwargs = pop(), args = pop(), cls = pop();
-        const auto kw = expect(kwargs, Kind::dict, "NEWOBJ_EX's keyword arguments").entries;
+        const std::size_t count = expect(kwargs, Kind::dict, "NEWOBJ_EX's keyword arguments").entries.size();
         call(cls, args, "NEWOBJ_EX");
-        node(top()).kwargs = kw;
+        node(top()).kwargs = kwargs;  // its entries as they are now: later SETITEMs onto the dict come after them
+        node(top()).kwargs_count = count;
         break;
       }
       case 'i': {
@@ -483,12 +515,13 @@ class Machine {
     return u;
   }
 
-  /// The node as a Value tree; `budget` counts the values still allowed.
-  Value tree(std::size_t i, std::size_t depth, std::size_t& budget) const {
-    const Node& n = nodes_[i];
+  /// The node as a Value tree; `budget` counts the values still allowed, `spent_` the bytes taken.
+  Value tree(std::size_t i, std::size_t depth, std::size_t& budget) {
+    const Node& n = nodes_[i];  // nodes_ no longer grows: the reference stays valid
     if (depth > limits_.max_depth)
       fail("values nested deeper than " + std::to_string(limits_.max_depth) + " levels (or a container holding itself)", n.offset);
     if (budget-- == 0) fail("more than " + std::to_string(limits_.max_values) + " values (memo references repeat shared ones)", n.offset);
+    charge(Limits::value_cost + n.text.size() + n.big_integer.size(), n.offset);
     Value v;
     v.kind = n.kind;
     v.boolean = n.boolean;
@@ -500,13 +533,17 @@ class Machine {
     const auto list = [&](const std::vector<std::size_t>& from, std::vector<Value>& to) {
       for (std::size_t k : from) to.push_back(tree(k, depth + 1, budget));
     };
-    const auto pairs = [&](const auto& from, std::vector<std::pair<Value, Value>>& to) {
-      for (const auto& [a, b] : from) to.emplace_back(tree(a, depth + 1, budget), tree(b, depth + 1, budget));
+    const auto pairs = [&](const std::vector<std::pair<std::size_t, std::size_t>>& from, std::size_t count,
+                           std::vector<std::pair<Value, Value>>& to) {
+      for (std::size_t k = 0; k < count; ++k) {
+        Value a = tree(from[k].first, depth + 1, budget);
+        to.emplace_back(std::move(a), tree(from[k].second, depth + 1, budget));
+      }
     };
-    list(n.items, v.items);
+    list(n.args != npos ? nodes_[n.args].items : n.items, v.items);
     list(n.appended, v.appended);
-    pairs(n.entries, v.entries);
-    pairs(n.kwargs, v.kwargs);
+    pairs(n.entries, n.entries.size(), v.entries);
+    if (n.kwargs != npos) pairs(nodes_[n.kwargs].entries, n.kwargs_count, v.kwargs);
     if (n.state != npos) v.state.push_back(tree(n.state, depth + 1, budget));
     return v;
   }
@@ -516,7 +553,8 @@ class Machine {
 
 /// Decodes one pickle (protocols 0–5) without executing anything. Throws `file_error` naming what was wrong and
 /// the byte offset: a truncated stream, an unknown opcode, a stack underflow, a length beyond the stream, nesting
-/// deeper than `limits.max_depth`, or more than `limits.max_values` values. Bytes after STOP are ignored.
+/// deeper than `limits.max_depth`, more than `limits.max_values` values, or a tree beyond `limits.max_bytes` (by
+/// default 64 times the stream's size, within [1 MiB, 1 GiB]). Bytes after STOP are ignored.
 inline Value decode(std::span<const std::uint8_t> bytes, const Limits& limits = {}) {
   return detail::Machine(bytes, limits).run();
 }

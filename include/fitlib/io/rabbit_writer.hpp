@@ -11,6 +11,7 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/io/hdf5.hpp"
+#include "fitlib/io/output_file.hpp"
 #include "fitlib/io/pickle.hpp"
 #include "fitlib/model/model.hpp"
 
@@ -80,7 +81,8 @@ inline void write_rabbit(const std::string& path, const Model& m, const RabbitWr
   const auto B = static_cast<std::size_t>(m.nbins()), Bf = static_cast<std::size_t>(m.nbins_full()), P = static_cast<std::size_t>(m.nprocs()),
              S = static_cast<std::size_t>(m.nsyst());
   const bool asym = !m.symmetric || opts.asymmetric_layout;
-  const hdf5::File f = hdf5::File::create(path);
+  ReplacingFile out(path);  // whole or not at all: a failed write leaves an existing file at `path` as it was
+  const hdf5::File f = hdf5::File::create(out.temporary());
   detail::rabbit_writer::write_meta(f, m, !asym);
 
   std::vector<std::string> procs, signals, systs, unconstrained, groups;
@@ -176,6 +178,8 @@ inline void write_rabbit(const std::string& path, const Model& m, const RabbitWr
       hdf5::write_attribute(h, "dense_shape", std::span<const std::int64_t>(shape));
     }
   }
+  f.flush();  // reports a full disk (closing cannot)
+  out.commit();
 }
 
 }  // namespace fitlib::io

@@ -242,21 +242,23 @@ inline void write_run(const hdf5::File& file, const RunInfo& run, const std::vec
 
 }  // namespace detail
 
-/// Writes the run to `path` in the layout of docs/results-format.md, whole or not at all: the file is built
-/// in memory and written by `write_file` (a temporary file renamed onto `path`), so a failure (a full disk,
-/// a signal) leaves an existing `path` untouched, and HDF5 never meets a failed disk write (HDF5 1.10
-/// crashes at exit on a file whose write failed). Throws `file_error` when the file cannot be written.
-inline void write_results(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits,
-                          const std::optional<ToySummary>& toys = std::nullopt) {
+/// The results file's bytes, in the layout of docs/results-format.md, built in memory: a writer puts them on
+/// disk itself (`write_file`, `ReplacingFile`), so HDF5 never meets a failed disk write (HDF5 1.10 crashes
+/// at exit on a file whose write failed). `name` is used in messages.
+inline std::vector<std::byte> results_image(const std::string& name, const RunInfo& run, const std::vector<FitRecord>& fits,
+                                            const std::optional<ToySummary>& toys = std::nullopt) {
   hdf5::FileOptions fo;
   fo.compress = false;  // mostly covariance-sized matrices of full-precision numbers: gzip gains little, costs much
-  std::vector<std::byte> image;
-  {
-    const hdf5::File file = hdf5::File::create_in_memory(path, fo);
-    detail::write_run(file, run, fits, toys);
-    image = file.image();
-  }
-  write_file(path, image, "the results file");
+  const hdf5::File file = hdf5::File::create_in_memory(name, fo);
+  detail::write_run(file, run, fits, toys);
+  return file.image();
+}
+
+/// Writes the run to `path`, whole or not at all: a failure (a full disk, a signal) leaves an existing
+/// `path` untouched. Throws `file_error` when the file cannot be written.
+inline void write_results(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits,
+                          const std::optional<ToySummary>& toys = std::nullopt) {
+  write_file(path, results_image(path, run, fits, toys), "the results file");
 }
 
 /// The JSON summary of the run. The covariance is included up to `max_covariance_parameters`
@@ -305,12 +307,16 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
   return j;
 }
 
-/// Writes `results_json` to `path`, indented, whole or not at all (`write_file`). JSON text is UTF-8:
-/// bytes of names or paths that are not (e.g. Latin-1 file names) are written as U+FFFD; the HDF5 file
-/// keeps them exactly.
+/// `results_json` as text, indented. JSON text is UTF-8: bytes of names or paths that are not (e.g. Latin-1
+/// file names) are written as U+FFFD; the HDF5 file keeps them exactly.
+inline std::string results_json_text(const RunInfo& run, const std::vector<FitRecord>& fits, const std::optional<ToySummary>& toys = std::nullopt) {
+  return results_json(run, fits, toys).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + '\n';
+}
+
+/// Writes `results_json_text` to `path`, whole or not at all (`write_file`).
 inline void write_results_json(const std::string& path, const RunInfo& run, const std::vector<FitRecord>& fits,
                                const std::optional<ToySummary>& toys = std::nullopt) {
-  write_file(path, results_json(run, fits, toys).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + '\n', "the JSON summary");
+  write_file(path, results_json_text(run, fits, toys), "the JSON summary");
 }
 
 }  // namespace fitlib::io

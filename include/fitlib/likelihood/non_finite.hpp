@@ -175,9 +175,11 @@ inline std::string explain_non_finite(const Model& m, const LikelihoodOptions& o
       }
     }
   }
-  return what + ", but no bin's term is at fault: look at the POI priors, external terms and regularizers (the largest gradient "
-                "component is ∂NLL/∂" +
-         names[static_cast<std::size_t>(worst)] + " = " + describe_number(g[static_cast<std::size_t>(worst)]) + ")";
+  std::string largest;
+  if (worst >= 0)
+    largest = " (the largest gradient component is ∂NLL/∂" + names[static_cast<std::size_t>(worst)] + " = " +
+              describe_number(g[static_cast<std::size_t>(worst)]) + ")";
+  return what + ", but no bin's term is at fault: look at the POI priors, external terms and regularizers" + largest;
 }
 
 }  // namespace fitlib::detail

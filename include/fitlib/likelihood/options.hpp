@@ -12,7 +12,7 @@ namespace fitlib {
 
 /// The data term of the unmasked bins (rabbit-likelihood-and-format.md §3.1).
 enum class DataTerm {
-  poisson,  ///< reduced Poisson: ν − n − n·(ln ν − ln n), with rabbit's n = 0 convention
+  poisson,  ///< reduced Poisson: ν − n − n·ln(ν/n) (computed as (ν − n) − n·log1p((ν − n)/n)), with rabbit's n = 0 convention
   chisq,    ///< ½·(ν − n)²/σ² with σ² the data variances (rabbit's --chisqFit)
   covariance,  ///< ½·(n − ν)ᵀ·C⁻¹·(n − ν) with the model's inverse data covariance (--covarianceFit)
 };
