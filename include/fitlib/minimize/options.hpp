@@ -22,7 +22,8 @@ struct TrustRegionOptions {
   double gtol = 1e-4;
   /// Converged when the estimated distance to the minimum EDM = ½·gᵀH⁻¹g (the HEP convention of
   /// rabbit and Minuit) is below edm_tol. It is computed (a Cholesky factor, or CG with HVPs) only
-  /// at a stop for want of precision and once an accepted step off the boundary has predicted a
+  /// at a stop for want of precision (with edm_tol = 0 also after an accepted step judged by the
+  /// gradients below f's rounding) and once an accepted step off the boundary has predicted a
   /// decrease below edm_tol, since the prediction of a truncated Krylov step only bounds the EDM
   /// from below. ≥ 0; 0 disables the test (SciPy's behaviour).
   double edm_tol = 0.0;

@@ -12,8 +12,9 @@ enum class FitStatus {
   converged_gtol,      ///< ‖g‖ < gtol (SciPy's status 0)
   converged_edm,       ///< the EDM ½·gᵀH⁻¹g at the final point is below edm_tol
   converged_callback,  ///< a callback declared convergence (e.g. stalled improvement)
-  converged_precision, ///< a rejected step predicted a decrease below f's rounding level, and so does the
-                       ///< EDM at the final point (finite, positive-definite Hessian)
+  converged_precision, ///< a rejected step (or, with edm_tol = 0, an accepted step judged by the gradients)
+                       ///< predicted a decrease below f's rounding level, and so does the EDM at the final
+                       ///< point (finite, positive-definite Hessian)
 
   max_iterations,      ///< the iteration limit was reached (SciPy's status 1)
   stalled,             ///< as converged_precision, but the EDM at the final point is above edm_tol and
