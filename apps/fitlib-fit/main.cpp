@@ -380,7 +380,6 @@ io::FitRecord failed_fit(const std::string& name, const std::string& error) {
   rec.name = name;
   rec.error = error;
   rec.result.status = FitStatus::aborted;
-  std::fprintf(stderr, "fitlib-fit: warning: fit '%s' failed: %s\n", name.c_str(), error.c_str());
   return rec;
 }
 
@@ -469,6 +468,7 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
         out.push_back(fit_one(lik, tr, a, name, toy.data));
       } catch (const fitlib::error& e) {  // kept as what it is, with every other toy
         out.push_back(failed_fit(name, e.what()));
+        if (a.rank == 0) std::fprintf(stderr, "fitlib-fit: warning: fit '%s' failed: %s\n", name.c_str(), e.what());
       }
       lik.set_constraint_centres(m.theta0);
       seconds += out.back().minimize_seconds;
