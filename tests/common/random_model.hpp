@@ -4,6 +4,8 @@
 
 #include <fitlib/fit.hpp>
 
+#include <Eigen/Dense>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -156,5 +158,36 @@ inline bool same_bits(const std::vector<double>& a, const std::vector<double>& b
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
 }
 inline bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+/// A model for the covariance data term: random templates with statistics, data variances and an
+/// inverse covariance, diagonal or correlated by three rank-one terms (symmetrised exactly).
+inline Model covariance_model(bool dense_covariance, SystematicType type = SystematicType::log_normal) {
+  RandomModelSpec spec;
+  spec.template_stats = true;
+  spec.procs = 4;
+  spec.signals = 2;
+  spec.nsyst = 5;
+  spec.type = type;
+  spec.seed = 17;
+  Model m = random_model(spec);
+  const index_t B = m.nbins();
+  add_data_variances(m);
+  Eigen::MatrixXd C = Eigen::MatrixXd::Zero(B, B);
+  for (index_t b = 0; b < B; ++b) C(b, b) = m.data_variance[static_cast<std::size_t>(b)];
+  if (dense_covariance) {  // correlated: add a few rank-one terms
+    std::mt19937_64 rng(3);
+    std::normal_distribution<double> gauss;
+    for (int r = 0; r < 3; ++r) {
+      Eigen::VectorXd u(B);
+      for (index_t b = 0; b < B; ++b) u(b) = 3.0 * gauss(rng);
+      C += u * u.transpose();
+    }
+  }
+  const Eigen::MatrixXd Cinv = C.inverse();
+  m.data_covariance_inverse.resize(static_cast<std::size_t>(B * B));
+  for (index_t a = 0; a < B; ++a)
+    for (index_t b = 0; b < B; ++b) m.data_covariance_inverse[static_cast<std::size_t>(a * B + b)] = 0.5 * (Cinv(a, b) + Cinv(b, a));
+  return m;
+}
 
 }  // namespace fitlib::test

@@ -9,38 +9,10 @@
 #include "random_model.hpp"
 
 using namespace fitlib;
+using fitlib::test::covariance_model;
 using fitlib::test::rel_error;
 
 namespace {
-
-Model covariance_model(bool dense_covariance, SystematicType type = SystematicType::log_normal) {
-  test::RandomModelSpec spec;
-  spec.template_stats = true;
-  spec.procs = 4;
-  spec.signals = 2;
-  spec.nsyst = 5;
-  spec.type = type;
-  spec.seed = 17;
-  Model m = test::random_model(spec);
-  const index_t B = m.nbins();
-  test::add_data_variances(m);
-  Eigen::MatrixXd C = Eigen::MatrixXd::Zero(B, B);
-  for (index_t b = 0; b < B; ++b) C(b, b) = m.data_variance[static_cast<std::size_t>(b)];
-  if (dense_covariance) {  // correlated: add a few rank-one terms
-    std::mt19937_64 rng(3);
-    std::normal_distribution<double> gauss;
-    for (int r = 0; r < 3; ++r) {
-      Eigen::VectorXd u(B);
-      for (index_t b = 0; b < B; ++b) u(b) = 3.0 * gauss(rng);
-      C += u * u.transpose();
-    }
-  }
-  const Eigen::MatrixXd Cinv = C.inverse();
-  m.data_covariance_inverse.resize(static_cast<std::size_t>(B * B));
-  for (index_t a = 0; a < B; ++a)
-    for (index_t b = 0; b < B; ++b) m.data_covariance_inverse[static_cast<std::size_t>(a * B + b)] = 0.5 * (Cinv(a, b) + Cinv(b, a));
-  return m;
-}
 
 LikelihoodOptions options(DataTerm term, bool bb, BinByBinMode mode = BinByBinMode::lite, BinByBinType type = BinByBinType::normal_additive) {
   LikelihoodOptions o;

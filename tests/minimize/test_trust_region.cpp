@@ -54,7 +54,7 @@ void replay(const std::string& file, F& objective, Sub prototype, double base_to
     CHECK(s.last.accepted == rec.at("accepted").get<bool>());
     CHECK(s.last.hits_boundary == rec.at("hits_boundary").get<bool>());
     // ρ = (f − f⁺)/pred: where pred is tiny next to |f| the rounding of f − f⁺ dominates it.
-    const double rho_tolerance = 1e-6 + 8 * std::numeric_limits<double>::epsilon() * std::abs(s.last.f) / s.last.edm;
+    const double rho_tolerance = 1e-6 + 8 * std::numeric_limits<double>::epsilon() * std::abs(s.last.f) / s.last.predicted_decrease;
     CHECK(std::abs(s.last.rho - rec.at("rho").get<double>()) <= rho_tolerance * std::max(1.0, std::abs(rec.at("rho").get<double>())));
     CHECK(s.radius == Approx(rec.at("radius_next").get<double>()).epsilon(tolerance));
     CHECK(rel_diff(s.x, test::to_vector(rec.at("x_after"))) < tolerance);

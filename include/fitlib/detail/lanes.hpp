@@ -108,7 +108,7 @@ inline void forward_rows(const double* rows, index_t ld, index_t nrows, const do
   index_t p = 0;
   for (; p + 8 <= nrows; p += 8) {
     index_t j = 0;
-    if (prefetch) {
+    if (prefetch && ncols > 0) {  // no columns (every point cached): nothing to compute, C may be empty
       dot_block<8, 1, true>(rows + p * ld, ld, C, n, n, L + p, nrows, prefetch + p * ld);
       j = 1;
     }

@@ -21,6 +21,7 @@
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/partition.hpp"
+#include "fitlib/device/policy.hpp"
 #include "fitlib/device/serial.hpp"
 #include "fitlib/model/model.hpp"
 
@@ -75,12 +76,25 @@ class Session {
 /// threads). Every rank runs the same program on the same inputs: the likelihood gathers every
 /// shard's partials onto every rank and sums them in shard order, so each rank holds the same bits
 /// and its minimizer takes the same steps, with no step to broadcast (docs/likelihood.md, "MPI").
-template <class Inner = cpu::Serial>
+/// Everything else of the device-policy contract (memory space, backend, shard resources, executor,
+/// dense solver) is the inner policy's: a backend composes with MPI by its type alone.
+template <device_policy Inner = cpu::Serial>
 struct Ranks {
+  using inner_policy = Inner;
+  using memory_space = typename Inner::memory_space;
+  using backend = typename Inner::backend;
+  using shard_resource = typename Inner::shard_resource;
+  template <class T>
+  using buffer = typename Inner::template buffer<T>;
+  using dense_solver = typename Inner::dense_solver;
+
   Inner inner{};
   MPI_Comm comm = MPI_COMM_WORLD;
   /// Shards this rank runs concurrently (its inner policy's).
   index_t concurrency() const { return inner.concurrency(); }
+  /// This rank's shards' resources and executor.
+  std::vector<shard_resource> partition(index_t shards) const { return inner.partition(shards); }
+  auto executor(index_t shards) const { return inner.executor(shards); }
   index_t rank() const { return rank_of(comm); }
   index_t size() const { return size_of(comm); }
 };
@@ -142,9 +156,3 @@ Exchange exchange_of(const Ranks<Inner>& r) {
 }
 
 }  // namespace fitlib::mpi
-
-namespace fitlib::cpu {
-/// Each rank's shards run on the host when its inner policy's do.
-template <class Inner>
-inline constexpr bool is_host_policy_v<mpi::Ranks<Inner>> = is_host_policy_v<Inner>;
-}  // namespace fitlib::cpu

@@ -11,6 +11,7 @@
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/exchange.hpp"
+#include "fitlib/device/policy.hpp"
 #include "fitlib/model/model.hpp"
 #include "fitlib/model/sparse_templates.hpp"
 
@@ -87,7 +88,7 @@ inline std::vector<BinRange> partition_bins(const Model& model, index_t nshards,
 /// The split a likelihood on `policy` makes: the bins of this process (all of them, or under
 /// mpi::Ranks this rank's), one shard per unit of the policy's concurrency.
 template <class Policy>
-  requires requires(const Policy& p) { p.concurrency(); }
+  requires device_policy<Policy>
 std::vector<BinRange> partition_bins(const Policy& policy, const Model& model) {
   return partition_bins(model, static_cast<index_t>(policy.concurrency()), exchange_of(policy).bins(model));
 }

@@ -2,6 +2,7 @@
 // cpu::Threads: shards evaluated concurrently on CPU threads, and the fork-join pool that runs them.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -15,24 +16,10 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/device/policy.hpp"
 #include "fitlib/device/serial.hpp"
 
 namespace fitlib {
-
-namespace cpu {
-/// Evaluates k shards concurrently, one per thread (the calling thread runs shard 0). Each shard
-/// computes its partial sums alone; the likelihood adds them in shard order afterwards, so the
-/// result is bitwise the same from run to run and the same as cpu::Serial with as many shards.
-struct Threads {
-  index_t threads = 1;
-  index_t concurrency() const { return threads; }
-};
-}  // namespace cpu
-
-namespace cpu {
-template <>
-inline constexpr bool is_host_policy_v<Threads> = true;
-}  // namespace cpu
 
 namespace detail {
 
@@ -142,4 +129,60 @@ class PoolHandle {
 };
 
 }  // namespace detail
+
+namespace cpu {
+
+/// Runs shard tasks on a fork-join pool (the calling thread and `threads − 1` workers), as many at
+/// a time as there are threads, in waves of shard order. Each task writes only its own shard's
+/// buffers, so the outcome does not depend on which finishes first. A copy gets threads of its own.
+class PoolExecutor {
+ public:
+  explicit PoolExecutor(index_t threads) {
+    if (threads > 1) pool_ = detail::PoolHandle(threads - 1);
+  }
+  template <class F>
+  void for_each(index_t n, F&& f) {
+    if (!pool_) {
+      for (index_t k = 0; k < n; ++k) f(k);
+      return;
+    }
+    const index_t width = pool_->workers() + 1;
+    for (index_t k0 = 0; k0 < n; k0 += width) pool_->run(std::min(width, n - k0), [&](index_t t) { f(k0 + t); });
+  }
+  /// Every task has finished when for_each returns.
+  void fence() const {}
+
+ private:
+  detail::PoolHandle pool_;
+};
+
+/// Evaluates k shards concurrently, one per thread (the calling thread runs shard 0). Each shard
+/// computes its partial sums alone; the likelihood adds them in shard order afterwards, so the
+/// result is bitwise the same from run to run and the same as cpu::Serial with as many shards.
+struct Threads {
+  using memory_space = memory::host;
+  using backend = fitlib::backend::host;
+  /// The thread a shard runs on (shards beyond the thread count wait for a later wave).
+  struct shard_resource {
+    index_t thread = 0;
+  };
+  template <class T>
+  using buffer = std::vector<T>;
+  using dense_solver = detail::HostCholesky;
+
+  index_t threads = 1;
+  index_t concurrency() const { return threads; }
+  std::vector<shard_resource> partition(index_t shards) const {
+    std::vector<shard_resource> r(static_cast<std::size_t>(shards));
+    for (index_t k = 0; k < shards; ++k) r[static_cast<std::size_t>(k)].thread = k % std::max<index_t>(threads, 1);
+    return r;
+  }
+  /// A pool of min(threads, shards) threads.
+  PoolExecutor executor(index_t shards) const { return PoolExecutor(std::min(threads, shards)); }
+};
+
+}  // namespace cpu
+
+static_assert(device_policy<cpu::Threads>);
+
 }  // namespace fitlib

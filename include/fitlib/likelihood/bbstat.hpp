@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fitlib/config.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/partition.hpp"
@@ -16,6 +17,20 @@
 #include "fitlib/model/model.hpp"
 
 namespace fitlib {
+
+/// BinByBinStats as the per-bin algebra reads it on any device: the same fields as raw pointers
+/// (trivially copyable; the owner keeps the arrays alive and unchanged while a view is used).
+struct BinByBinStatsView {
+  bool enabled = false;
+  BinByBinMode mode = BinByBinMode::lite;
+  BinByBinType type = BinByBinType::gamma;
+  index_t nbins = 0, nprocs = 0;
+  const double *kstat = nullptr, *sigma = nullptr, *beta0 = nullptr;
+  const unsigned char *fixed = nullptr, *active = nullptr;
+
+  FITLIB_HOST_DEVICE index_t per_bin() const { return mode == BinByBinMode::lite ? 1 : nprocs; }
+  FITLIB_HOST_DEVICE bool multiplicative() const { return type != BinByBinType::normal_additive; }
+};
 
 /// The fixed constants of the bin-by-bin parameters β of a range of data bins
 /// (rabbit-likelihood-and-format.md §3.4): the effective MC statistics k = sumw²/sumw2, the widths
@@ -36,6 +51,12 @@ struct BinByBinStats {
   /// β entries per bin.
   index_t per_bin() const { return mode == BinByBinMode::lite ? 1 : nprocs; }
   bool multiplicative() const { return type != BinByBinType::normal_additive; }
+
+  /// The arrays as the per-bin algebra reads them (bin_algebra.hpp); valid while this object is unchanged.
+  BinByBinStatsView view() const {
+    return {enabled, mode, type, nbins, nprocs, kstat.data(), sigma.data(), beta0.data(), fixed.data(), active.data()};
+  }
+  operator BinByBinStatsView() const { return view(); }  // NOLINT: the view is how every pass reads it
 
   /// The constants of the global data bins `bins` of `model`.
   static BinByBinStats build(const Model& model, BinRange bins, const BinByBinOptions& opts, DataTerm data_term) {
@@ -92,7 +113,7 @@ struct BinCurvature {
 };
 
 /// The root of a·x² + b·x + c with the larger value, without cancellation.
-inline double larger_root(double a, double b, double c) {
+FITLIB_HOST_DEVICE inline double larger_root(double a, double b, double c) {
   if (a == 0) return -c / b;
   const double d = std::sqrt(std::max(0.0, b * b - 4 * a * c));
   if (b >= 0) return b == 0 && d == 0 ? 0.0 : 2 * c / (-b - d);
@@ -103,7 +124,7 @@ inline double larger_root(double a, double b, double c) {
 struct BetaTerm {
   double value, d2;
 };
-inline BetaTerm beta_term(BinByBinType type, double beta, double k, double beta0) {
+FITLIB_HOST_DEVICE inline BetaTerm beta_term(BinByBinType type, double beta, double k, double beta0) {
   const double d = beta - beta0;
   switch (type) {
     case BinByBinType::gamma:
@@ -118,11 +139,11 @@ inline BetaTerm beta_term(BinByBinType type, double beta, double k, double beta0
 /// complement. ψ is increasing and concave on the domain where every denominator is positive, so a
 /// Newton iteration safeguarded by a bracket converges to the unique root; it runs to machine
 /// precision (not rabbit's 50 iterations / 1e-10) so that the envelope-theorem gradient is exact.
-inline double gamma_full_yield(const BinByBinStats& st, index_t i, DataTerm term, double n, double aux, const double* m) {
+FITLIB_HOST_DEVICE inline double gamma_full_yield(const BinByBinStatsView& st, index_t i, DataTerm term, double n, double aux, const double* m) {
   const index_t P = st.nprocs;
-  const double* k = st.kstat.data() + i * P;
-  const double* b0 = st.beta0.data() + i * P;
-  const unsigned char* fx = st.fixed.data() + i * P;
+  const double* k = st.kstat + i * P;
+  const double* b0 = st.beta0 + i * P;
+  const unsigned char* fx = st.fixed + i * P;
   double base = 0, nu0 = 0, slope_lo = -std::numeric_limits<double>::infinity();
   for (index_t p = 0; p < P; ++p) {
     nu0 += b0[p] * m[p];
@@ -167,7 +188,7 @@ inline double gamma_full_yield(const BinByBinStats& st, index_t i, DataTerm term
 /// n and `aux` (1/n for Poisson, 1/σ² for χ²). Writes ∂F/∂m (`g`), the curvature's diag(δ) and
 /// U (`delta`, `u1`, `u2`, P each) and β̂ (`beta`, st.per_bin() entries, or null). Without bin-by-bin
 /// statistics F = D(Σ_p m_p): g = D', U = [1 0], S = diag(D'', 0).
-inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm term, double n, double aux, const double* m, index_t P,
+FITLIB_HOST_DEVICE inline BinCurvature profile_bin(const BinByBinStatsView& st, index_t i, DataTerm term, double n, double aux, const double* m, index_t P,
                                 double* g, double* delta, double* u1, double* u2, double* beta) {
   // β fixed: F = D(Σ c_p m_p) with the cells' factors c already in u1.
   const auto plain = [&](double nu_tilde) {
@@ -184,13 +205,13 @@ inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm ter
   const bool poisson_empty = term == DataTerm::poisson && n == 0;  // D = ν: no barrier, D' = 1
   const double var = term == DataTerm::chisq ? 1 / aux : 0;
   if (!st.enabled) {
-    std::fill_n(u1, P, 1.0);
+    for (index_t p = 0; p < P; ++p) u1[p] = 1.0;
     return plain(nu);
   }
 
   if (st.mode == BinByBinMode::lite) {
     const double k = st.kstat[static_cast<std::size_t>(i)], b0 = st.beta0[static_cast<std::size_t>(i)];
-    const unsigned char* act = st.active.data() + i * P;
+    const unsigned char* act = st.active + i * P;
     if (!st.multiplicative()) {  // ν̃ = ν + s·β, unit Gaussian constraint
       const double s = st.sigma[static_cast<std::size_t>(i)];
       double b = b0;
@@ -236,10 +257,10 @@ inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm ter
   }
 
   // Full mode: one β per cell.
-  const double* k = st.kstat.data() + i * P;
-  const double* s = st.sigma.data() + i * P;
-  const double* b0 = st.beta0.data() + i * P;
-  const unsigned char* fx = st.fixed.data() + i * P;
+  const double* k = st.kstat + i * P;
+  const double* s = st.sigma + i * P;
+  const double* b0 = st.beta0 + i * P;
+  const unsigned char* fx = st.fixed + i * P;
   if (!st.multiplicative()) {  // ν̃ = ν + Σ s_p β_p: F depends on ν alone
     double V = 0, sb0 = 0;
     for (index_t p = 0; p < P; ++p)
@@ -288,7 +309,8 @@ inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm ter
     const double d1 = data_slope(term, x, n, aux);
     for (index_t p = 0; p < P; ++p) b[p] = fx[p] ? b0[p] : b0[p] - d1 * m[p] / k[p];
   }
-  if (beta) std::copy_n(b, P, beta);
+  if (beta)
+    for (index_t p = 0; p < P; ++p) beta[p] = b[p];
   double nt = 0, lb = 0, gam = 0;
   for (index_t p = 0; p < P; ++p) nt += b[p] * m[p];
   const BinTerm t = data_term(term, nt, n, aux);
@@ -311,9 +333,9 @@ inline BinCurvature profile_bin(const BinByBinStats& st, index_t i, DataTerm ter
 /// global impact (§5.2). dβ̂ solves G_ββ·dβ̂ = −G_βm·dm (implicit function theorem on ∂G/∂β = 0, G
 /// the bin's joint term, §3.4); in full mode G_ββ = diag(L_β'') + D''·c·cᵀ (c = m for multiplicative
 /// β, √sumw2 for additive) is inverted by Sherman–Morrison. `beta`: β̂ of the bin (per_bin entries).
-/// Fixed entries do not move and weigh nothing. Separable data terms only.
-inline double beta_response_variance(const BinByBinStats& st, index_t i, DataTerm term, double n, double aux, const double* m, const double* dm,
-                                     index_t P, const double* beta) {
+/// Fixed entries do not move and weigh nothing. Separable data terms only. `work`: 3·P doubles.
+FITLIB_HOST_DEVICE inline double beta_response_variance(const BinByBinStatsView& st, index_t i, DataTerm term, double n, double aux,
+                                                        const double* m, const double* dm, index_t P, const double* beta, double* work) {
   if (!st.enabled) return 0;
   if (st.mode == BinByBinMode::lite) {
     const auto at = static_cast<std::size_t>(i);
@@ -330,7 +352,7 @@ inline double beta_response_variance(const BinByBinStats& st, index_t i, DataTer
       return db * db;
     }
     // ∂G/∂β = D'(βA + Z)·A + L_β'(β), A the active cells' yield.
-    const unsigned char* act = st.active.data() + i * P;
+    const unsigned char* act = st.active + i * P;
     double A = 0, Z = 0, dA = 0, dZ = 0;
     for (index_t p = 0; p < P; ++p) {
       (act[p] ? A : Z) += m[p];
@@ -343,7 +365,7 @@ inline double beta_response_variance(const BinByBinStats& st, index_t i, DataTer
   }
   // Full mode, one β per cell.
   const auto at = static_cast<std::size_t>(i * P);
-  const unsigned char* fx = st.fixed.data() + at;
+  const unsigned char* fx = st.fixed + at;
   const bool mult = st.multiplicative();
   double nt = 0, dsum = 0;  // ν̃ and Σ_p β_p·dm_p (multiplicative) or Σ_p dm_p (additive)
   for (index_t p = 0; p < P; ++p) {
@@ -353,21 +375,22 @@ inline double beta_response_variance(const BinByBinStats& st, index_t i, DataTer
   const BinTerm t = data_term(term, nt, n, aux);
   // G_ββ = diag(l2) + D''·c·cᵀ; rhs_p = −(D''·c_p·dsum + D'·dm_p [multiplicative only]).
   double cc = 0, crhs = 0;  // Σ c²/l2 and Σ c·rhs/l2 over the free entries
-  std::vector<double> l2(static_cast<std::size_t>(P), 0.0), c(static_cast<std::size_t>(P), 0.0), rhs(static_cast<std::size_t>(P), 0.0);
+  double *l2 = work, *c = work + P, *rhs = work + 2 * P;
+  for (index_t p = 0; p < 3 * P; ++p) work[p] = 0.0;
   for (index_t p = 0; p < P; ++p) {
     if (fx[p]) continue;
-    const auto e = at + static_cast<std::size_t>(p), q = static_cast<std::size_t>(p);
-    l2[q] = beta_term(st.type, beta[p], st.kstat[e], st.beta0[e]).d2;
-    c[q] = mult ? m[p] : st.sigma[e];
-    rhs[q] = -(t.d2 * c[q] * dsum + (mult ? t.w * dm[p] : 0.0));
-    cc += c[q] * c[q] / l2[q];
-    crhs += c[q] * rhs[q] / l2[q];
+    const auto e = at + static_cast<std::size_t>(p);
+    l2[p] = beta_term(st.type, beta[p], st.kstat[e], st.beta0[e]).d2;
+    c[p] = mult ? m[p] : st.sigma[e];
+    rhs[p] = -(t.d2 * c[p] * dsum + (mult ? t.w * dm[p] : 0.0));
+    cc += c[p] * c[p] / l2[p];
+    crhs += c[p] * rhs[p] / l2[p];
   }
   double var = 0;
-  for (std::size_t q = 0; q < static_cast<std::size_t>(P); ++q) {
-    if (l2[q] == 0) continue;
-    const double db = rhs[q] / l2[q] - t.d2 * (c[q] / l2[q]) * crhs / (1 + t.d2 * cc);
-    var += l2[q] * db * db;
+  for (index_t p = 0; p < P; ++p) {
+    if (l2[p] == 0) continue;
+    const double db = rhs[p] / l2[p] - t.d2 * (c[p] / l2[p]) * crhs / (1 + t.d2 * cc);
+    var += l2[p] * db * db;
   }
   return var;
 }
@@ -381,13 +404,15 @@ inline double beta_response_variance(const BinByBinStats& st, index_t i, DataTer
 struct CoupledAggregates {
   double nu, q;
 };
-inline CoupledAggregates coupled_aggregates(const BinByBinStats& st, index_t i, const double* m, index_t P, double* c, double* dq) {
-  std::fill_n(c, P, 1.0);
-  std::fill_n(dq, P, 0.0);
+FITLIB_HOST_DEVICE inline CoupledAggregates coupled_aggregates(const BinByBinStatsView& st, index_t i, const double* m, index_t P, double* c, double* dq) {
+  for (index_t p = 0; p < P; ++p) {
+    c[p] = 1.0;
+    dq[p] = 0.0;
+  }
   double nu = 0, q = 0;
   if (st.enabled && st.mode == BinByBinMode::lite) {
     const auto e = static_cast<std::size_t>(i);
-    const unsigned char* act = st.active.data() + i * P;
+    const unsigned char* act = st.active + i * P;
     if (st.multiplicative()) {
       double A = 0;
       for (index_t p = 0; p < P; ++p)
@@ -422,7 +447,7 @@ inline CoupledAggregates coupled_aggregates(const BinByBinStats& st, index_t i, 
 /// (`g`), u₁ = c − y·∂q/∂m, the row that meets (C + diag q)⁻¹ in the non-local curvature, and the
 /// local curvature −½y²·∇²q as diag(δ) (full) or u₂·S₂₂·u₂ᵀ (lite); S₁₁ = S₁₂ = 0. Writes β̂ when
 /// `beta` is not null.
-inline BinCurvature coupled_bin(const BinByBinStats& st, index_t i, const double* m, index_t P, double y, double* g, double* delta,
+FITLIB_HOST_DEVICE inline BinCurvature coupled_bin(const BinByBinStatsView& st, index_t i, const double* m, index_t P, double y, double* g, double* delta,
                                 double* u1, double* u2, double* beta) {
   coupled_aggregates(st, i, m, P, u1, g);  // c into u1, ∂q/∂m into g
   double s22 = 0;

@@ -12,6 +12,7 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/device/host_solver.hpp"
 #include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/model/model.hpp"
 
@@ -22,7 +23,9 @@ namespace fitlib {
 /// coupled_aggregates). C⁻¹ is the model's inverse data covariance; a model without one gets
 /// diag(1/σ²) from its data variances (or counts), which is what rabbit's fallback meant to do
 /// (§8 item 5). The additive type adds diag(sumw2) to C once; the multiplicative type adds the
-/// parameter-dependent diag(q) and so factorizes C + diag q per evaluated column.
+/// parameter-dependent diag(q) and so factorizes C + diag q per evaluated column, with the
+/// policy's dense solver (`Solver`: factor and solve on raw column-major data, device/policy.hpp).
+template <class Solver = detail::HostCholesky>
 class CovarianceTerm {
  public:
   CovarianceTerm() = default;
@@ -80,17 +83,12 @@ class CovarianceTerm {
     if (varying_) {
       Eigen::MatrixXd c = covariance_;
       c.diagonal() += Eigen::Map<const Eigen::VectorXd>(q.data(), B);
-      // Constructed only when factorised: a default LLT leaves its status indeterminate, and the
-      // vector's growth would move (read) it, which UBSan reports.
-      auto& slot = llt_[static_cast<std::size_t>(j)];
-      if (slot) slot->compute(c);
-      else slot.emplace(c);
-      const auto& llt = *slot;
-      if (llt.info() != Eigen::Success) {
+      Solver& llt = llt_[static_cast<std::size_t>(j)];
+      if (!llt.factor({c.data(), B, B})) {
         yv.setZero();
         return std::numeric_limits<double>::infinity();
       }
-      yv = llt.solve(r);
+      llt.solve({r.data(), B, 1}, {y, B, 1});
     } else {
       yv.noalias() = inverse_ * r;
     }
@@ -101,15 +99,14 @@ class CovarianceTerm {
   void apply(index_t j, const double* t, double* z) const {
     const Eigen::Map<const Eigen::VectorXd> tv(t, nbins_);
     Eigen::Map<Eigen::VectorXd> zv(z, nbins_);
-    if (varying_) zv = llt_[static_cast<std::size_t>(j)]->solve(tv);
+    if (varying_) llt_[static_cast<std::size_t>(j)].solve({t, nbins_, 1}, {z, nbins_, 1});
     else zv.noalias() = inverse_ * tv;
   }
 
   /// Adds Rᵀ·(C + diag q)⁻¹·R at column j into H (`[n × n]`), R the shards' coupled rows `[nbins × n]`.
   void add_curvature(index_t j, const Eigen::MatrixXd& R, BlockView<double> H) const {
     Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> h(H.data, H.rows, H.cols, Eigen::OuterStride<>(H.ld));
-    const Eigen::MatrixXd G = varying_ ? Eigen::MatrixXd(R.transpose() * llt_[static_cast<std::size_t>(j)]->solve(R))
-                                       : Eigen::MatrixXd(R.transpose() * (inverse_ * R));
+    const Eigen::MatrixXd G = varying_ ? Eigen::MatrixXd(R.transpose() * solved(j, R)) : Eigen::MatrixXd(R.transpose() * (inverse_ * R));
     // Added from one triangle, so the Hessian stays exactly symmetric.
     for (index_t c = 0; c < G.cols(); ++c)
       for (index_t r = c; r < G.rows(); ++r) {
@@ -119,11 +116,18 @@ class CovarianceTerm {
   }
 
  private:
+  /// (C + diag q)⁻¹·R at column j (after `solve` there).
+  Eigen::MatrixXd solved(index_t j, const Eigen::MatrixXd& R) const {
+    Eigen::MatrixXd s(R.rows(), R.cols());
+    llt_[static_cast<std::size_t>(j)].solve({R.data(), R.rows(), R.cols()}, {s.data(), s.rows(), s.cols()});
+    return s;
+  }
+
   index_t nbins_ = 0;
   bool varying_ = false;
   Eigen::MatrixXd inverse_;     ///< (C + widening)⁻¹ when constant
   Eigen::MatrixXd covariance_;  ///< C (+ the additive widening), when q varies
-  std::vector<std::optional<Eigen::LLT<Eigen::MatrixXd>>> llt_;  ///< per column, set by `solve`
+  std::vector<Solver> llt_;     ///< per column, factorised by `solve`
 };
 
 }  // namespace fitlib

@@ -26,11 +26,13 @@
 #include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/likelihood/cell.hpp"
 #include "fitlib/likelihood/covariance_term.hpp"
+#include "fitlib/likelihood/global_terms.hpp"
 #include "fitlib/likelihood/non_finite.hpp"
 #include "fitlib/likelihood/options.hpp"
 #include "fitlib/likelihood/regularizer.hpp"
 #include "fitlib/likelihood/replica_inputs.hpp"
 #include "fitlib/likelihood/shard.hpp"
+#include "fitlib/likelihood/shard_concept.hpp"
 #include "fitlib/model/model.hpp"
 
 namespace fitlib {
@@ -45,10 +47,13 @@ namespace fitlib {
 /// on each, so every process holds the same bits and runs the same minimizer steps (device/mpi.hpp).
 template <class ShardT>
 class Likelihood {
+  static_assert(check_shard<ShardT>());
+
  public:
   using shard_type = ShardT;
   using policy_type = typename ShardT::policy_type;
   using exchange_type = decltype(exchange_of(std::declval<const policy_type&>()));
+  using executor_type = executor_of_t<policy_type>;
 
   /// The likelihood shares the model (the host shards read its templates in place): do not modify
   /// the model while the likelihood lives; observed data go through `set_data`.
@@ -102,18 +107,14 @@ class Likelihood {
     npoi_ = model_->npoi();
     names_ = model_->parameter_names();
     theta0_ = model_->theta0;
-    for (const auto& t : model_->external_terms) {
-      ResolvedTerm r{&t, {}};
-      for (const auto& name : t.parameters) r.index.push_back(parameter_index(name));
-      external_.push_back(std::move(r));
-    }
+    global_ = detail::GlobalTerms(*model_, [&](const std::string& name) { return parameter_index(name); }, opts_.allow_negative_poi);
     if (opts_.data_term == DataTerm::chisq)
       check_variances(model_->data_variance.empty() ? model_->data : model_->data_variance);
     if (distributed() && opts_.data_term == DataTerm::covariance)
       throw usage_error("the covariance data term couples every bin through C⁻¹, which no rank holds alone; fit it in one process "
                         "(cpu::Threads splits the bins over threads), or use DataTerm::chisq or poisson over MPI ranks");
     if (opts_.data_term == DataTerm::covariance)
-      covariance_ = CovarianceTerm(*model_, BinByBinStats::build(*model_, {0, model_->nbins()}, opts_.bin_by_bin, opts_.data_term));
+      covariance_ = CovarianceTerm<typename policy_type::dense_solver>(*model_, BinByBinStats::build(*model_, {0, model_->nbins()}, opts_.bin_by_bin, opts_.data_term));
     counts_ = model_->data;
     variances_ = model_->data_variance.empty() ? model_->data : model_->data_variance;
     const BinByBinStats bb = BinByBinStats::build(*model_, {0, 0}, opts_.bin_by_bin, opts_.data_term);
@@ -121,15 +122,18 @@ class Likelihood {
     const index_t k = opts_.shards > 0 ? opts_.shards : policy.concurrency();
     if (given.empty() && part) throw usage_error("Likelihood: a template source needs the shard ranges it is to read");
     const std::vector<BinRange> ranges = given.empty() ? partition_bins(*model_, k, exchange_.bins(*model_)) : check_shards(std::move(given), part);
-    if (const index_t threads = std::min<index_t>(policy.concurrency(), static_cast<index_t>(ranges.size())); threads > 1)
-      pool_ = detail::PoolHandle(threads - 1);
+    const auto nshards = static_cast<index_t>(ranges.size());
+    executor_.emplace(policy.executor(nshards));
+    const std::vector<typename ShardT::resource_type> resources = policy.partition(nshards);
     // Each shard is built on the thread that evaluates it, so the pages of what it owns (data,
     // bin-by-bin state, workspaces, and with a template source its templates) are first touched
     // there, on that thread's memory node; moving it into place keeps its buffers. Without a
     // source the shards read the model's templates in place (a copy would double the largest
     // allocation).
     std::vector<std::optional<ShardT>> built(ranges.size());
-    for_each_index(static_cast<index_t>(ranges.size()), [&](std::size_t s) { built[s].emplace(templates_of(ranges[s], part), ranges[s], policy, opts_); });
+    for_each_shard(nshards, [&](std::size_t s) {
+      built[s].emplace(templates_of(ranges[s], part), ranges[s], resources[s], opts_, static_cast<index_t>(s));
+    });
     for (auto& b : built) shards_.push_back(std::move(*b));
   }
 
@@ -357,7 +361,7 @@ class Likelihood {
       for (index_t k = 0; k < total_shards_; ++k) put(hj, ConstBlockView<double>(all + k * len, n, n), k == 0);
       if (coupled) covariance_.add_curvature(j, rows_, hj);
     }
-    add_global_terms(x, {}, {}, {}, {}, hess);
+    global_.add(*model_, x, {}, {}, {}, {}, hess, theta0s());
     add_regularizer_hessians(x, hess);
   }
 
@@ -462,14 +466,12 @@ class Likelihood {
   }
 
  private:
-  /// An external term with its parameter names resolved to indices.
-  struct ResolvedTerm {
-    const ExternalTerm* term;
-    std::vector<index_t> index;
-  };
-
   /// The replica of column j of an evaluation over nx columns (−1: the likelihood's own inputs).
   index_t replica_of(index_t j) const { return selected_.empty() ? -1 : selected_[static_cast<std::size_t>(j)]; }
+  /// Each column's constraint centres, for the global terms.
+  auto theta0s() const {
+    return [this](index_t j) -> const std::vector<double>& { return theta0_of(j); };
+  }
   const std::vector<double>& theta0_of(index_t j) const {
     const index_t r = replica_of(j);
     return r < 0 || replicas_[static_cast<std::size_t>(r)].constraint_centres.empty() ? theta0_
@@ -498,22 +500,18 @@ class Likelihood {
     return column_slots_;
   }
 
-  /// Runs f(k) for every shard k: on the calling thread one after the other, or with a pool on
-  /// its threads, as many shards at a time as there are threads. Each shard writes only its own
-  /// buffers, so the outcome does not depend on which finishes first.
+  /// Launches f(k) for every shard k on the policy's executor, then waits for the executor and
+  /// every shard (its fence), so their outputs are ready. Each shard writes only its own buffers,
+  /// so the outcome does not depend on which finishes first.
   template <class Fn>
   void for_each_shard(Fn&& f) {
-    for_each_index(static_cast<index_t>(shards_.size()), f);
+    for_each_shard(static_cast<index_t>(shards_.size()), f);
+    for (auto& s : shards_) s.fence();
   }
   template <class Fn>
-  void for_each_index(index_t n, Fn&& f) {
-    if (!pool_) {
-      for (index_t k = 0; k < n; ++k) f(static_cast<std::size_t>(k));
-      return;
-    }
-    const index_t width = pool_->workers() + 1;
-    for (index_t k0 = 0; k0 < n; k0 += width)
-      pool_->run(std::min(width, n - k0), [&](index_t t) { f(static_cast<std::size_t>(k0 + t)); });
+  void for_each_shard(index_t n, Fn&& f) {
+    executor_->for_each(n, [&](index_t k) { f(static_cast<std::size_t>(k)); });
+    executor_->fence();
   }
 
   /// The χ² term divides by every unmasked bin's variance.
@@ -715,7 +713,7 @@ class Likelihood {
         if (nv > 0) put(hv, ConstBlockView<double>(row + at_hv, n, nv), k == 0);
       }
     }
-    add_global_terms(x, v, f, g, hv, {});
+    global_.add(*model_, x, v, f, g, hv, {}, theta0s());
     add_regularizers(0, regularizers_.size(), x, v, f, g, hv);
   }
 
@@ -806,6 +804,7 @@ class Likelihood {
         rq.observables = ov.local;
         rq.accumulate = true;
         shards_[k].partials(rq);
+        shards_[k].fence();
       }
     }
   }
@@ -874,87 +873,26 @@ class Likelihood {
     }
   }
 
-  /// The terms that depend on parameters only, added once after the shards' data terms: the
-  /// Gaussian constraints ½·w_s·(θ_s − θ₀_s)², the POI priors ½·w_q·(μ_q − c_q)² with μ = r(x)
-  /// (rabbit-likelihood-and-format.md §3.2), and the external terms gᵀx_J + ½·x_Jᵀ·M·x_J (§3.5).
-  /// Each output is optional; `hess` holds one `[n × n]` block per column of x.
-  void add_global_terms(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f, BlockView<double> g,
-                        BlockView<double> hv, BlockView<double> hess) const {
-    const Model& m = *model_;
-    const index_t n = nparams_, ns = m.nsyst(), nv = v.empty() ? 0 : v.cols;
-    auto point_of = [&](index_t k) { return x.cols == 1 ? index_t{0} : k; };
-    for (index_t j = 0; j < x.cols; ++j) {
-      double value = 0;
-      const std::vector<double>& theta0 = theta0_of(j);
-      for (index_t s = 0; s < ns; ++s) {
-        const double d = x(npoi_ + s, j) - theta0[static_cast<std::size_t>(s)], w = m.constraint_weights[static_cast<std::size_t>(s)];
-        value += 0.5 * w * d * d;
-        if (!g.empty()) g(npoi_ + s, j) += w * d;
-        if (!hess.empty()) hess(npoi_ + s, j * n + npoi_ + s) += w;
-      }
-      for (index_t q = 0; q < npoi_ && !m.poi_prior_weights.empty(); ++q) {
-        const auto [w, d, d1, d2] = poi_prior(q, x(q, j));
-        value += 0.5 * w * d * d;
-        if (!g.empty()) g(q, j) += w * d * d1;
-        if (!hess.empty()) hess(q, j * n + q) += w * (d1 * d1 + d * d2);
-      }
-      for (const auto& t : external_) {
-        for (std::size_t a = 0; a < t.index.size(); ++a) {
-          const double xa = x(t.index[a], j);
-          if (!t.term->gradient.empty()) {
-            value += t.term->gradient[a] * xa;
-            if (!g.empty()) g(t.index[a], j) += t.term->gradient[a];
-          }
-        }
-        for (std::size_t e = 0; e < t.term->hessian_values.size(); ++e) {
-          const index_t r = t.index[static_cast<std::size_t>(t.term->hessian_rows[e])], c = t.index[static_cast<std::size_t>(t.term->hessian_cols[e])];
-          const double mv = t.term->hessian_values[e];
-          value += 0.5 * x(r, j) * mv * x(c, j);
-          if (!g.empty()) g(r, j) += mv * x(c, j);
-          if (!hess.empty()) hess(r, j * n + c) += mv;
-        }
-      }
-      if (!f.empty()) f[static_cast<std::size_t>(j)] += value;
-    }
-    for (index_t k = 0; k < nv; ++k) {
-      for (index_t s = 0; s < ns; ++s) hv(npoi_ + s, k) += m.constraint_weights[static_cast<std::size_t>(s)] * v(npoi_ + s, k);
-      for (index_t q = 0; q < npoi_ && !m.poi_prior_weights.empty(); ++q) {
-        const auto [w, d, d1, d2] = poi_prior(q, x(q, point_of(k)));
-        hv(q, k) += w * (d1 * d1 + d * d2) * v(q, k);
-      }
-      for (const auto& t : external_)
-        for (std::size_t e = 0; e < t.term->hessian_values.size(); ++e)
-          hv(t.index[static_cast<std::size_t>(t.term->hessian_rows[e])], k) +=
-              t.term->hessian_values[e] * v(t.index[static_cast<std::size_t>(t.term->hessian_cols[e])], k);
-    }
-  }
-
-  /// POI q's prior weight, μ − c, and dμ/dx, d²μ/dx² at parameter value x.
-  std::array<double, 4> poi_prior(index_t q, double xq) const {
-    const auto r = detail::poi_strength(xq, opts_.allow_negative_poi);
-    return {model_->poi_prior_weights[static_cast<std::size_t>(q)], r.r - model_->poi_prior_centres[static_cast<std::size_t>(q)], r.dr, r.d2r};
-  }
-
   std::shared_ptr<const Model> model_;
   LikelihoodOptions opts_;
   index_t nparams_ = 0, npoi_ = 0;
   index_t bb_per_bin_ = 0;  ///< β entries per data bin, 0 without bin-by-bin statistics
   std::vector<std::string> names_;
   std::vector<double> theta0_;  ///< constraint centres, the model's unless replaced
-  std::vector<ResolvedTerm> external_;
+  detail::GlobalTerms global_;
   exchange_type exchange_;
   std::vector<ShardT> shards_;
   std::vector<index_t> shards_of_rank_;  ///< every process's shard count, in rank order
   std::vector<BinRange> rank_bins_;      ///< every process's bins, in rank order
   index_t total_shards_ = 0;
   std::vector<double> local_, all_;      ///< this process's shards' partials; every shard's, gathered
-  detail::PoolHandle pool_;  ///< the policy's threads beyond the caller's (a copy gets its own); none on one thread
+  std::optional<executor_type> executor_;  ///< runs the shards' passes (the policy's; a copy of a pool gets threads of its own)
   std::vector<double> counts_, variances_;  ///< the observed counts and variances of set_data
   std::vector<ReplicaInputs> replicas_;
   std::vector<index_t> selected_;     ///< replica of each column (use_replicas), −1: the likelihood's own
   std::vector<index_t> column_slots_;  ///< the shards' data slot of each column of the current evaluation
   // The covariance term: its matrices and the per-bin workspaces of solve_coupled.
-  CovarianceTerm covariance_;
+  CovarianceTerm<typename policy_type::dense_solver> covariance_;
   Eigen::MatrixXd nu_, q_, y_, dnu_, dq_, z_, rows_;
   std::vector<std::shared_ptr<Regularizer>> regularizers_;
 };

@@ -10,6 +10,7 @@
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/detail/lanes.hpp"
+#include "fitlib/likelihood/cells.hpp"
 #include "fitlib/device/partition.hpp"
 #include "fitlib/model/model.hpp"
 #include "fitlib/model/sparse_templates.hpp"
@@ -58,6 +59,8 @@ class TemplateSlice<storage::Dense> {
   index_t cells(index_t) const { return P_; }
   index_t process(index_t, index_t c) const { return c; }
   double nominal(index_t i, index_t c) const { return nominal_[i * P_ + c]; }
+  /// The cells as the per-bin algebra reads them (bin_algebra.hpp).
+  DenseCells cells_view() const { return {nominal_, P_}; }
 
   /// `prefetch`: request the bin `ahead` bins on meanwhile (when no backward pass follows).
   void forward(index_t i, const double* C, index_t nf, double* L, bool prefetch) const {
@@ -108,6 +111,8 @@ class TemplateSlice<storage::Sparse> {
   index_t cells(index_t i) const { return begin(i + 1) - begin(i); }
   index_t process(index_t i, index_t c) const { return t_->cell_process[static_cast<std::size_t>(begin(i) + c)]; }
   double nominal(index_t i, index_t c) const { return t_->cell_nominal[static_cast<std::size_t>(begin(i) + c)]; }
+  /// The cells as the per-bin algebra reads them (bin_algebra.hpp).
+  SparseCells cells_view() const { return {t_->bin_begin.data() + first_, t_->cell_process.data(), t_->cell_nominal.data()}; }
 
   void forward(index_t i, const double* C, index_t nf, double* L, bool) const {
     const index_t P = stride();

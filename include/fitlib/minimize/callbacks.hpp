@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -24,7 +25,8 @@ struct IterationSummary {
   double f = 0;                ///< objective at the iterate the step was taken from
   double f_trial = 0;          ///< objective at the proposed point
   double gradient_norm = 0;    ///< ‖g‖ at the iterate after the decision
-  double edm = 0;              ///< predicted decrease of the step (−model), or the EDM of the new point once computed
+  double predicted_decrease = 0;  ///< the step's predicted decrease of the objective, −model(p)
+  double edm = std::numeric_limits<double>::quiet_NaN();  ///< ½gᵀH⁻¹g at the new point where the end game computed it; NaN elsewhere
   double radius = 0;           ///< Δ used for the step
   double radius_next = 0;      ///< Δ after the update
   double rho = 0;              ///< actual / predicted reduction (−∞ for a non-finite trial)
@@ -85,15 +87,18 @@ void on_end(FitStatus status, Callbacks&... cbs) {
 }
 }  // namespace detail
 
-/// Prints one line per `every` iterations: iteration, f, EDM, radius, ρ, elapsed seconds.
+/// Prints one line per `every` iterations: iteration, f, the step's predicted decrease, the EDM
+/// where it was computed (blank elsewhere), radius, ρ, elapsed seconds.
 class ProgressPrinter {
  public:
   explicit ProgressPrinter(std::FILE* out = stdout, index_t every = 1) : out_(out), every_(every < 1 ? 1 : every) {}
-  void on_begin() { std::fprintf(out_, "%6s %18s %11s %11s %9s %9s\n", "iter", "f", "EDM", "radius", "rho", "seconds"); }
+  void on_begin() { std::fprintf(out_, "%6s %18s %11s %11s %11s %9s %9s\n", "iter", "f", "pred.decr.", "EDM", "radius", "rho", "seconds"); }
   void on_iteration(const IterationSummary& s) {
     if (s.iteration % every_ != 0) return;
-    std::fprintf(out_, "%6td %18.10g %11.4g %11.4g %9.4g %9.3f%s%s\n", s.iteration, s.accepted ? s.f_trial : s.f, s.edm, s.radius, s.rho,
-                 s.elapsed, s.accepted ? "" : "  (rejected)", s.slope_judged ? "  (ρ from the gradients)" : "");
+    char edm[16] = "";
+    if (!std::isnan(s.edm)) std::snprintf(edm, sizeof edm, "%11.4g", s.edm);
+    std::fprintf(out_, "%6td %18.10g %11.4g %11s %11.4g %9.4g %9.3f%s%s\n", s.iteration, s.accepted ? s.f_trial : s.f, s.predicted_decrease, edm,
+                 s.radius, s.rho, s.elapsed, s.accepted ? "" : "  (rejected)", s.slope_judged ? "  (ρ from the gradients)" : "");
   }
   void on_end(FitStatus status) { std::fprintf(out_, "stopped: %.*s\n", static_cast<int>(to_string(status).size()), to_string(status).data()); }
 

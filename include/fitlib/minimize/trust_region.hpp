@@ -197,7 +197,7 @@ class TrustRegion {
     it = {};
     it.f = s.f;
     it.f_trial = s.f_trial;
-    it.edm = predicted;
+    it.predicted_decrease = predicted;
     it.radius = s.radius;
     it.rho = rho;
     it.step_norm = detail::norm2(s.p);

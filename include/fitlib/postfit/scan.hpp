@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,8 @@ struct ScanOptions {
   double range = 3;
 
   void validate() const {
-    if (points < 1) throw usage_error("ScanOptions::points must be ≥ 1, got " + std::to_string(points));
-    if (!(range > 0) || !std::isfinite(range)) throw usage_error("ScanOptions::range must be positive and finite");
+    if (points < 1) throw std::invalid_argument("ScanOptions::points must be ≥ 1, got " + std::to_string(points));
+    if (!(range > 0) || !std::isfinite(range)) throw std::invalid_argument("ScanOptions::range must be positive and finite");
   }
 };
 

@@ -25,7 +25,9 @@ struct GridScan {
   std::vector<FitStatus> status;            ///< per grid point, same order
   BatchStatistics statistics;
 
-  /// The one-parameter scan as `profile_scan` returns it.
+  /// The one-parameter scan in `profile_scan`'s layout. Each point starts from the best fit (points
+  /// are independent replicas of one batch), where profile_scan warm-starts each from its
+  /// neighbour; at an NLL with several minima along the scan the two can differ.
   Scan scan() const {
     if (parameters.size() != 1) throw usage_error("GridScan::scan: the grid has " + std::to_string(parameters.size()) + " parameters, not 1");
     return {parameters[0], values[0], dnll, status};

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ struct TrainingOptions {
   bool covariance = false;
 
   void validate() const {
-    auto fail = [](const std::string& what) { throw usage_error("TrainingOptions::" + what); };
+    auto fail = [](const std::string& what) { throw std::invalid_argument("TrainingOptions::" + what); };
     if (!(validation_fraction >= 0 && validation_fraction < 1)) fail("validation_fraction must be in [0, 1), got " + std::to_string(validation_fraction));
     if (patience < 1) fail("patience must be ≥ 1, got " + std::to_string(patience));
     if (!(min_improvement >= 0)) fail("min_improvement must be ≥ 0, got " + std::to_string(min_improvement));

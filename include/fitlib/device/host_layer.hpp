@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: MIT
+// device::HostLayer: the device layer run on the host (Eigen GEMMs, plain loops), and its test policy.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <concepts>
+#include <span>
+#include <vector>
+
+#include "fitlib/core/types.hpp"
+#include "fitlib/device/host_solver.hpp"
+#include "fitlib/device/policy.hpp"
+#include "fitlib/device/serial.hpp"
+
+namespace fitlib::device {
+
+/// What the device-layer shard (likelihood/layer_shard.hpp) needs from a device, in one small
+/// contract a CUDA layer implements with cuBLAS and kernels on the shard's stream:
+/// - `buffer<T>`: an owning array in device memory;
+/// - `upload(host span, buffer&)` (resizes) and `download(buffer, host span)` (its first
+///   host.size() entries), `zero(buffer&, n)` (resizes);
+/// - `gemm(trans_a, m, n, k, a, lda, b, ldb, c, ldc)`: c = op(a)·b, column-major, device pointers;
+/// - `launch(n, f)`: f(t) for every t in [0, n) on the device, f a trivially copyable functor whose
+///   call operator is FITLIB_HOST_DEVICE;
+/// - `fence()`: waits for everything launched (copies included).
+/// A layer is built from its shard's resource (a device and stream on a GPU).
+template <class L>
+concept device_layer = requires(L& l, typename L::template buffer<double>& b, std::span<const double> in, std::span<double> out,
+                                const double* a, double* c, index_t n) {
+  l.upload(in, b);
+  l.download(b, out);
+  l.zero(b, n);
+  { l.data(b) } -> std::convertible_to<const double*>;
+  l.gemm(true, n, n, n, a, n, a, n, c, n);
+  l.fence();
+};
+
+/// The device layer on the host: buffers are std::vector, GEMMs are Eigen's, a launch is a loop.
+/// Not a fast path (the host shard's fused pass streams the templates once; this one three
+/// times): the reference that a device backend's shard shape is tested with, on any machine.
+class HostLayer {
+ public:
+  HostLayer() = default;
+  template <class Resource>
+  explicit HostLayer(const Resource&) {}
+
+  template <class T>
+  using buffer = std::vector<T>;
+
+  template <class T>
+  void upload(std::span<const T> host, buffer<T>& dev) const {
+    dev.assign(host.begin(), host.end());
+  }
+  template <class T>
+  void download(const buffer<T>& dev, std::span<T> host) const {
+    std::copy_n(dev.begin(), host.size(), host.begin());
+  }
+  template <class T>
+  void zero(buffer<T>& dev, index_t n) const {
+    dev.assign(static_cast<std::size_t>(n), T{});
+  }
+  template <class T>
+  T* data(buffer<T>& b) const {
+    return b.data();
+  }
+  template <class T>
+  const T* data(const buffer<T>& b) const {
+    return b.data();
+  }
+
+  /// c = op(a)·b with op(a) `[m × k]`, b `[k × n]`, c `[m × n]`, column-major.
+  void gemm(bool trans_a, index_t m, index_t n, index_t k, const double* a, index_t lda, const double* b, index_t ldb, double* c,
+            index_t ldc) const {
+    using Map = Eigen::Map<const Eigen::MatrixXd, 0, Eigen::OuterStride<>>;
+    Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> cm(c, m, n, Eigen::OuterStride<>(ldc));
+    const Map bm(b, k, n, Eigen::OuterStride<>(ldb));
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+      cm.setZero();
+      return;
+    }
+    if (trans_a) cm.noalias() = Map(a, k, m, Eigen::OuterStride<>(lda)).transpose() * bm;
+    else cm.noalias() = Map(a, m, k, Eigen::OuterStride<>(lda)) * bm;
+  }
+
+  template <class F>
+  void launch(index_t n, const F& f) const {
+    for (index_t t = 0; t < n; ++t) f(t);
+  }
+  void fence() const {}
+};
+
+static_assert(device_layer<HostLayer>);
+
+/// A test policy: the device-layer shard (GEMM, per-bin launch, GEMM) on the host, `shards` of
+/// them run one after the other. It exists so that every parity test runs the shard shape of the
+/// GPU backend on any machine (CTest names: `device_layer`).
+struct HostLayered {
+  using memory_space = memory::host;
+  using backend = fitlib::backend::layered<HostLayer>;
+  struct shard_resource {};
+  template <class T>
+  using buffer = std::vector<T>;
+  using dense_solver = detail::HostCholesky;
+
+  index_t shards = 1;
+  index_t concurrency() const { return shards; }
+  std::vector<shard_resource> partition(index_t k) const { return std::vector<shard_resource>(static_cast<std::size_t>(k)); }
+  cpu::InlineExecutor executor(index_t) const { return {}; }
+};
+
+static_assert(device_policy<HostLayered>);
+
+}  // namespace fitlib::device

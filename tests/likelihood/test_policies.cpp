@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+// Parity over the policy type list: every backend's values, derivatives, fits, batches and postfit passes against cpu::Serial.
+#include <catch2/catch.hpp>
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "fitlib/fit.hpp"
+#include "policies.hpp"
+#include "random_model.hpp"
+#include "shard_checks.hpp"
+
+using namespace fitlib;
+using test::everything;
+using test::same_bits;
+using test::sharded_model;
+using test::worst_relative;
+
+namespace {
+
+/// a equals b bitwise where the policy promises it, and to `tol` everywhere.
+template <class T>
+void check_parity(const std::vector<double>& a, const std::vector<double>& b, double tol = 1e-12) {
+  if constexpr (T::bitwise) CHECK(same_bits(a, b));
+  CHECK(worst_relative(a, b) < tol);
+}
+
+/// Models over every data-term and bin-by-bin configuration a shard evaluates.
+struct Case {
+  Model model;
+  LikelihoodOptions options;
+  std::string name;
+};
+std::vector<Case> configurations() {
+  std::vector<Case> cases;
+  for (DataTerm term : {DataTerm::poisson, DataTerm::chisq})
+    for (BinByBinMode mode : {BinByBinMode::lite, BinByBinMode::full})
+      for (BinByBinType type : {BinByBinType::gamma, BinByBinType::normal_multiplicative, BinByBinType::normal_additive})
+        for (bool asymmetric : {true, false}) {
+          test::RandomModelSpec sp;
+          sp.bins = 24;
+          sp.masked_bins = 4;
+          sp.procs = 4;
+          sp.signals = 2;
+          sp.nsyst = 6;
+          sp.template_stats = true;
+          sp.asymmetric = asymmetric;
+          sp.zero_counts = term == DataTerm::poisson;
+          sp.seed = 5;
+          Case c{test::random_model(sp), {}, ""};
+          if (term == DataTerm::chisq) test::add_data_variances(c.model);
+          c.options.data_term = term;
+          c.options.bin_by_bin.mode = mode;
+          c.options.bin_by_bin.type = type;
+          c.name = std::string(term == DataTerm::poisson ? "poisson" : "chisq") + (mode == BinByBinMode::lite ? " lite " : " full ") +
+                   std::to_string(static_cast<int>(type)) + (asymmetric ? " asymmetric" : " symmetric");
+          cases.push_back(std::move(c));
+        }
+  test::RandomModelSpec normal;
+  normal.type = SystematicType::normal;
+  normal.template_stats = true;
+  normal.seed = 9;
+  cases.push_back({test::random_model(normal), {}, "normal type"});
+  // The covariance term, with a correlated inverse covariance.
+  for (BinByBinMode mode : {BinByBinMode::lite, BinByBinMode::full})
+    for (BinByBinType type : {BinByBinType::automatic, BinByBinType::normal_multiplicative}) {
+      LikelihoodOptions lo;
+      lo.data_term = DataTerm::covariance;
+      lo.bin_by_bin.mode = mode;
+      lo.bin_by_bin.type = type;
+      cases.push_back({test::covariance_model(true), lo, std::string("covariance") + (mode == BinByBinMode::lite ? " lite " : " full ") +
+                                                         std::to_string(static_cast<int>(type))});
+    }
+  return cases;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("policies: values, gradients, HVPs and Hessians equal cpu::Serial's, run after run", "[policies]", FITLIB_TEST_POLICIES) {
+  // The model every shard-count test splits (formerly cpu::Threads' own test).
+  const Model m = sharded_model();
+  for (DataTerm term : {DataTerm::poisson, DataTerm::chisq}) {
+    LikelihoodOptions lo;
+    lo.data_term = term;
+    for (index_t k : {2, 3}) {
+      auto lik = test::likelihood_of<TestType>(m, k, lo);
+      LikelihoodOptions serial_shards = lo;
+      serial_shards.shards = k;
+      SerialLikelihood serial(m, {}, serial_shards), one(m, {}, lo);
+      REQUIRE(lik.nshards() == k);
+      const auto t = everything(lik);
+      INFO("data term " << static_cast<int>(term) << ", " << k << " shards");
+      check_parity<TestType>(t, everything(serial));
+      for (int again = 0; again < 10; ++again) CHECK(same_bits(t, everything(lik)));  // run after run
+      CHECK(worst_relative(t, everything(one)) < 1e-12);
+    }
+  }
+  // Every data term and bin-by-bin configuration, masked bins and absent cells included.
+  for (const Case& c : configurations()) {
+    INFO(c.name);
+    const index_t k = c.options.data_term == DataTerm::covariance ? 2 : 3;
+    auto lik = test::likelihood_of<TestType>(c.model, k, c.options);
+    LikelihoodOptions shards = c.options;
+    shards.shards = k;
+    SerialLikelihood serial(c.model, {}, shards), one(c.model, {}, c.options);
+    const auto t = everything(lik);
+    check_parity<TestType>(t, everything(serial));
+    CHECK(worst_relative(t, everything(one)) < 1e-12);
+  }
+}
+
+TEMPLATE_TEST_CASE("policies: the postfit passes (yields, β̂, its variance, fixed β) equal cpu::Serial's", "[policies]", FITLIB_TEST_POLICIES) {
+  for (const Case& c : configurations()) {
+    INFO(c.name);
+    const index_t k = c.options.data_term == DataTerm::covariance ? 2 : 3;
+    auto lik = test::likelihood_of<TestType>(c.model, k, c.options);
+    LikelihoodOptions shards = c.options;
+    shards.shards = k;
+    SerialLikelihood serial(c.model, {}, shards);
+    std::vector<double> x = serial.default_parameters();
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += 0.05 * std::sin(1.3 * static_cast<double>(i));
+    check_parity<TestType>(lik.yields(x), serial.yields(x));
+    check_parity<TestType>(lik.bin_by_bin_parameters(x), serial.bin_by_bin_parameters(x));
+    if (c.options.data_term == DataTerm::covariance) continue;
+    const index_t n = serial.size();
+    const Eigen::MatrixXd V = Eigen::MatrixXd::Identity(n, n);
+    check_parity<TestType>(lik.bin_by_bin_variance(x, {V.data(), n, n}), serial.bin_by_bin_variance(x, {V.data(), n, n}));
+    const std::vector<double> beta = serial.bin_by_bin_parameters(x);
+    lik.fix_bin_by_bin(beta);
+    serial.fix_bin_by_bin(beta);
+    check_parity<TestType>(everything(lik), everything(serial));
+    lik.fix_bin_by_bin({});
+    serial.fix_bin_by_bin({});
+    check_parity<TestType>(everything(lik), everything(serial));
+  }
+}
+
+TEMPLATE_TEST_CASE("policies: replica data slots, bin selections and observable penalties equal cpu::Serial's", "[policies]",
+                   FITLIB_TEST_POLICIES) {
+  const Model m = sharded_model();
+  auto lik = test::likelihood_of<TestType>(m, 3);
+  LikelihoodOptions three;
+  three.shards = 3;
+  SerialLikelihood serial(m, {}, three);
+  // Observable penalties read the masked bins and the tail of the data bins, across shards.
+  const auto svd = std::make_shared<SvdRegularizer>("masked", BinRange{m.nbins(), m.nbins_full()}, std::vector<index_t>{5}, 0.3);
+  const auto tail = std::make_shared<SvdRegularizer>("tail", BinRange{m.nbins() - 9, m.nbins()}, std::vector<index_t>{9}, -0.2);
+  lik.add_regularizer(svd);
+  lik.add_regularizer(tail);
+  serial.add_regularizer(svd);
+  serial.add_regularizer(tail);
+  check_parity<TestType>(everything(lik), everything(serial));
+  // Three replicas: toy data, a bin selection of the likelihood's own data, and shifted centres.
+  std::vector<ReplicaInputs> reps(3);
+  reps[0].data = generate_toy(serial, 3, 11).data;
+  reps[1].bins.assign(static_cast<std::size_t>(m.nbins()), 1);
+  for (std::size_t b = 0; b < reps[1].bins.size(); b += 3) reps[1].bins[b] = 0;
+  reps[2].constraint_centres.assign(static_cast<std::size_t>(m.nsyst()), 0.1);
+  reps[2].penalty_scales = {2.0, 0.5};
+  lik.set_replicas(reps);
+  serial.set_replicas(reps);
+  const std::vector<index_t> pick{0, 1, 2};
+  lik.use_replicas(pick);
+  serial.use_replicas(pick);
+  check_parity<TestType>(everything(lik), everything(serial));
+}
+
+TEMPLATE_TEST_CASE("policies: fits and replica batches equal cpu::Serial's", "[policies]", FITLIB_TEST_POLICIES) {
+  const Model m = sharded_model();
+  auto lik = test::likelihood_of<TestType>(m, 3);
+  LikelihoodOptions three;
+  three.shards = 3;
+  SerialLikelihood serial(m, {}, three);
+  const TrustRegion<Gltr> minimizer;
+  const FitResult a = fit(lik, minimizer), b = fit(serial, minimizer);
+  CHECK(a.status == b.status);
+  CHECK(a.iterations == b.iterations);
+  check_parity<TestType>(a.x, b.x);
+  check_parity<TestType>(a.covariance, b.covariance);
+  const FitResult e = fit(lik, TrustRegion<Exact>{}), f = fit(serial, TrustRegion<Exact>{});
+  check_parity<TestType>(e.x, f.x);
+
+  std::vector<ReplicaInputs> toys;
+  for (int i = 1; i <= 6; ++i) toys.emplace_back().data = generate_toy(serial, 3, static_cast<std::uint64_t>(i)).data;
+  lik.set_replicas(toys);
+  serial.set_replicas(toys);
+  const std::vector<FitOptions> opts(toys.size());
+  const BatchResult bt = ReplicaBatch<4>().fit(lik, minimizer, opts), bs = ReplicaBatch<4>().fit(serial, minimizer, opts);
+  // A fit's minimum is a fixed point the minimizer stops near, at its tolerance: kernels that agree to
+  // 1e-14 move a replica's stopping point by up to 1e-10 here (the batch's GEMM widths differ from
+  // the sequential fit's), far inside any uncertainty. Host backends stay bitwise.
+  for (std::size_t r = 0; r < toys.size(); ++r) {
+    INFO("replica " << r);
+    CHECK(bt.replicas[r].status == bs.replicas[r].status);
+    check_parity<TestType>(bt.replicas[r].x, bs.replicas[r].x, 1e-9);
+  }
+}
