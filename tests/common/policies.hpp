@@ -37,6 +37,20 @@ LikelihoodOf<T> likelihood_of(const Model& m, index_t k, LikelihoodOptions lo = 
   return LikelihoodOf<T>(m, T::make(k), lo);
 }
 
+/// A list entry's likelihood with k shards beside cpu::Serial's with as many: what a parity test compares.
+template <class T>
+struct AgainstSerial {
+  AgainstSerial(const Model& m, index_t k, const LikelihoodOptions& lo = {}) : tested(likelihood_of<T>(m, k, lo)), serial(m, {}, sharded(lo, k)) {}
+  LikelihoodOf<T> tested;
+  SerialLikelihood serial;
+
+ private:
+  static LikelihoodOptions sharded(LikelihoodOptions lo, index_t k) {
+    lo.shards = k;
+    return lo;
+  }
+};
+
 }  // namespace fitlib::test
 
 /// The list; a backend's tests (tests/cuda/) add their entry to it.

@@ -54,6 +54,14 @@ std::vector<double> everything(Lik& l) {
   return all;
 }
 
+/// `n` replicas of toy data of `l` (generate_toy's stream of seed 3, indices 1…n), for batch tests.
+template <class Lik>
+std::vector<fitlib::ReplicaInputs> toy_replicas(Lik& l, int n) {
+  std::vector<fitlib::ReplicaInputs> toys;
+  for (int i = 1; i <= n; ++i) toys.emplace_back().data = fitlib::generate_toy(l, 3, static_cast<std::uint64_t>(i)).data;
+  return toys;
+}
+
 /// The largest |a − b| / max(1, |b|).
 inline double worst_relative(const std::vector<double>& a, const std::vector<double>& b) {
   double worst = a.size() == b.size() ? 0.0 : INFINITY;

@@ -108,8 +108,7 @@ TEST_CASE("mpi: fits, yields, profiled β, global impacts and replica batches ov
   const Impacts ga = global_impacts(ranked, a), gb = global_impacts(one, a);
   CHECK(worst_relative(ga.grouped, gb.grouped) < 1e-9);
 
-  std::vector<ReplicaInputs> toys;
-  for (int i = 1; i <= 5; ++i) toys.emplace_back().data = generate_toy(one, 3, static_cast<std::uint64_t>(i)).data;
+  const std::vector<ReplicaInputs> toys = test::toy_replicas(one, 5);
   ranked.set_replicas(toys);
   one.set_replicas(toys);
   const std::vector<FitOptions> opts(toys.size());

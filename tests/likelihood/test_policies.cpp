@@ -32,6 +32,8 @@ struct Case {
   Model model;
   LikelihoodOptions options;
   std::string name;
+  /// How many shards the policies split it into (the covariance model is small).
+  index_t shards() const { return options.data_term == DataTerm::covariance ? 2 : 3; }
 };
 std::vector<Case> configurations() {
   std::vector<Case> cases;
@@ -39,16 +41,8 @@ std::vector<Case> configurations() {
     for (BinByBinMode mode : {BinByBinMode::lite, BinByBinMode::full})
       for (BinByBinType type : {BinByBinType::gamma, BinByBinType::normal_multiplicative, BinByBinType::normal_additive})
         for (bool asymmetric : {true, false}) {
-          test::RandomModelSpec sp;
-          sp.bins = 24;
-          sp.masked_bins = 4;
-          sp.procs = 4;
-          sp.signals = 2;
-          sp.nsyst = 6;
-          sp.template_stats = true;
-          sp.asymmetric = asymmetric;
-          sp.zero_counts = term == DataTerm::poisson;
-          sp.seed = 5;
+          const test::RandomModelSpec sp{.bins = 24, .masked_bins = 4, .procs = 4, .signals = 2, .nsyst = 6, .asymmetric = asymmetric,
+                                         .zero_counts = term == DataTerm::poisson, .template_stats = true, .seed = 5};
           Case c{test::random_model(sp), {}, ""};
           if (term == DataTerm::chisq) test::add_data_variances(c.model);
           c.options.data_term = term;
@@ -58,10 +52,7 @@ std::vector<Case> configurations() {
                    std::to_string(static_cast<int>(type)) + (asymmetric ? " asymmetric" : " symmetric");
           cases.push_back(std::move(c));
         }
-  test::RandomModelSpec normal;
-  normal.type = SystematicType::normal;
-  normal.template_stats = true;
-  normal.seed = 9;
+  const test::RandomModelSpec normal{.type = SystematicType::normal, .template_stats = true, .seed = 9};
   cases.push_back({test::random_model(normal), {}, "normal type"});
   // The covariance term, with a correlated inverse covariance.
   for (BinByBinMode mode : {BinByBinMode::lite, BinByBinMode::full})
@@ -85,10 +76,8 @@ TEMPLATE_TEST_CASE("policies: values, gradients, HVPs and Hessians equal cpu::Se
     LikelihoodOptions lo;
     lo.data_term = term;
     for (index_t k : {2, 3}) {
-      auto lik = test::likelihood_of<TestType>(m, k, lo);
-      LikelihoodOptions serial_shards = lo;
-      serial_shards.shards = k;
-      SerialLikelihood serial(m, {}, serial_shards), one(m, {}, lo);
+      auto [lik, serial] = test::AgainstSerial<TestType>(m, k, lo);
+      SerialLikelihood one(m, {}, lo);
       REQUIRE(lik.nshards() == k);
       const auto t = everything(lik);
       INFO("data term " << static_cast<int>(term) << ", " << k << " shards");
@@ -100,11 +89,8 @@ TEMPLATE_TEST_CASE("policies: values, gradients, HVPs and Hessians equal cpu::Se
   // Every data term and bin-by-bin configuration, masked bins and absent cells included.
   for (const Case& c : configurations()) {
     INFO(c.name);
-    const index_t k = c.options.data_term == DataTerm::covariance ? 2 : 3;
-    auto lik = test::likelihood_of<TestType>(c.model, k, c.options);
-    LikelihoodOptions shards = c.options;
-    shards.shards = k;
-    SerialLikelihood serial(c.model, {}, shards), one(c.model, {}, c.options);
+    auto [lik, serial] = test::AgainstSerial<TestType>(c.model, c.shards(), c.options);
+    SerialLikelihood one(c.model, {}, c.options);
     const auto t = everything(lik);
     check_parity<TestType>(t, everything(serial));
     CHECK(worst_relative(t, everything(one)) < 1e-12);
@@ -114,11 +100,7 @@ TEMPLATE_TEST_CASE("policies: values, gradients, HVPs and Hessians equal cpu::Se
 TEMPLATE_TEST_CASE("policies: the postfit passes (yields, β̂, its variance, fixed β) equal cpu::Serial's", "[policies]", FITLIB_TEST_POLICIES) {
   for (const Case& c : configurations()) {
     INFO(c.name);
-    const index_t k = c.options.data_term == DataTerm::covariance ? 2 : 3;
-    auto lik = test::likelihood_of<TestType>(c.model, k, c.options);
-    LikelihoodOptions shards = c.options;
-    shards.shards = k;
-    SerialLikelihood serial(c.model, {}, shards);
+    auto [lik, serial] = test::AgainstSerial<TestType>(c.model, c.shards(), c.options);
     std::vector<double> x = serial.default_parameters();
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += 0.05 * std::sin(1.3 * static_cast<double>(i));
     check_parity<TestType>(lik.yields(x), serial.yields(x));
@@ -140,10 +122,7 @@ TEMPLATE_TEST_CASE("policies: the postfit passes (yields, β̂, its variance, fi
 TEMPLATE_TEST_CASE("policies: replica data slots, bin selections and observable penalties equal cpu::Serial's", "[policies]",
                    FITLIB_TEST_POLICIES) {
   const Model m = sharded_model();
-  auto lik = test::likelihood_of<TestType>(m, 3);
-  LikelihoodOptions three;
-  three.shards = 3;
-  SerialLikelihood serial(m, {}, three);
+  auto [lik, serial] = test::AgainstSerial<TestType>(m, 3);
   // Observable penalties read the masked bins and the tail of the data bins, across shards.
   const auto svd = std::make_shared<SvdRegularizer>("masked", BinRange{m.nbins(), m.nbins_full()}, std::vector<index_t>{5}, 0.3);
   const auto tail = std::make_shared<SvdRegularizer>("tail", BinRange{m.nbins() - 9, m.nbins()}, std::vector<index_t>{9}, -0.2);
@@ -169,10 +148,7 @@ TEMPLATE_TEST_CASE("policies: replica data slots, bin selections and observable 
 
 TEMPLATE_TEST_CASE("policies: fits and replica batches equal cpu::Serial's", "[policies]", FITLIB_TEST_POLICIES) {
   const Model m = sharded_model();
-  auto lik = test::likelihood_of<TestType>(m, 3);
-  LikelihoodOptions three;
-  three.shards = 3;
-  SerialLikelihood serial(m, {}, three);
+  auto [lik, serial] = test::AgainstSerial<TestType>(m, 3);
   const TrustRegion<Gltr> minimizer;
   const FitResult a = fit(lik, minimizer), b = fit(serial, minimizer);
   CHECK(a.status == b.status);
@@ -182,8 +158,7 @@ TEMPLATE_TEST_CASE("policies: fits and replica batches equal cpu::Serial's", "[p
   const FitResult e = fit(lik, TrustRegion<Exact>{}), f = fit(serial, TrustRegion<Exact>{});
   check_parity<TestType>(e.x, f.x);
 
-  std::vector<ReplicaInputs> toys;
-  for (int i = 1; i <= 6; ++i) toys.emplace_back().data = generate_toy(serial, 3, static_cast<std::uint64_t>(i)).data;
+  const std::vector<ReplicaInputs> toys = test::toy_replicas(serial, 6);
   lik.set_replicas(toys);
   serial.set_replicas(toys);
   const std::vector<FitOptions> opts(toys.size());

@@ -19,7 +19,8 @@ namespace fitlib::device {
 /// contract a CUDA layer implements with cuBLAS and kernels on the shard's stream:
 /// - `buffer<T>`: an owning array in device memory;
 /// - `upload(host span, buffer&)` (resizes) and `download(buffer, host span)` (its first
-///   host.size() entries), `zero(buffer&, n)` (resizes);
+///   host.size() entries), `zero(buffer&, n)` (n zeros), `resize(buffer&, n)` (at least n
+///   entries, their values unspecified: for outputs a GEMM or launch writes in full);
 /// - `gemm(trans_a, m, n, k, a, lda, b, ldb, c, ldc)`: c = op(a)·b, column-major, device pointers;
 /// - `launch(n, f)`: f(t) for every t in [0, n) on the device, f a trivially copyable functor whose
 ///   call operator is FITLIB_HOST_DEVICE;
@@ -31,6 +32,7 @@ concept device_layer = requires(L& l, typename L::template buffer<double>& b, st
   l.upload(in, b);
   l.download(b, out);
   l.zero(b, n);
+  l.resize(b, n);
   { l.data(b) } -> std::convertible_to<const double*>;
   l.gemm(true, n, n, n, a, n, a, n, c, n);
   l.fence();
@@ -59,6 +61,10 @@ class HostLayer {
   template <class T>
   void zero(buffer<T>& dev, index_t n) const {
     dev.assign(static_cast<std::size_t>(n), T{});
+  }
+  template <class T>
+  void resize(buffer<T>& dev, index_t n) const {
+    if (static_cast<index_t>(dev.size()) < n) dev.resize(static_cast<std::size_t>(n));
   }
   template <class T>
   T* data(buffer<T>& b) const {

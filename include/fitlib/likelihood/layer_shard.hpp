@@ -21,6 +21,7 @@
 #include "fitlib/likelihood/columns.hpp"
 #include "fitlib/likelihood/options.hpp"
 #include "fitlib/likelihood/partial_request.hpp"
+#include "fitlib/likelihood/shard_identity.hpp"
 #include "fitlib/likelihood/slot_inputs.hpp"
 #include "fitlib/likelihood/templates.hpp"
 #include "fitlib/model/model.hpp"
@@ -41,9 +42,10 @@ namespace detail {
 /// views of bin_algebra.hpp, one call per bin of a chunk, each bin with its own scratch.
 struct ScratchLayout {
   index_t P = 0, nx = 0;
+  bool variance = false;  ///< the variance pass's extra doubles
   /// Per bin: P·nx cell yields, nx curvatures, and doubles for g, δ, u₁, u₂ (P·nx each), m (P)
-  /// and the variance pass's β̂, m₀, dm and work (6·P).
-  FITLIB_HOST_DEVICE index_t doubles() const { return 4 * P * nx + 7 * P; }
+  /// and, in the variance pass, β̂, m₀, dm and work (6·P).
+  FITLIB_HOST_DEVICE index_t doubles() const { return 4 * P * nx + P + (variance ? 6 * P : 0); }
   FITLIB_HOST_DEVICE BinScratch at(const BinScratch& base, index_t t) const {
     double* d = base.g + t * doubles();
     const index_t pn = P * nx;
@@ -143,13 +145,15 @@ struct YieldsBinKernel {
 /// "Determinism"). Dense templates only (the sparse layout's SpMM is the CUDA backend's to add).
 template <class Policy, class Storage>
   requires is_layered_backend_v<backend_of_t<Policy>>
-class Shard<Policy, Storage> {
+class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::shard_resource> {
   static_assert(std::same_as<Storage, storage::Dense>,
                 "the device-layer shard holds dense templates (storage::Dense); evaluate sparse tensors with the host shard");
   using Layer = typename backend_of_t<Policy>::layer;
   template <class T>
   using buffer = typename Layer::template buffer<T>;
   using Cells = detail::DenseCells;
+  using Identity = detail::ShardIdentity<typename Policy::shard_resource>;
+  using Identity::model_, Identity::range_, Identity::ndata_;
 
  public:
   using policy_type = Policy;
@@ -157,16 +161,11 @@ class Shard<Policy, Storage> {
   using storage_type = Storage;
 
   Shard(std::shared_ptr<const Model> model, BinRange bins, resource_type resource = {}, const LikelihoodOptions& opts = {}, index_t index = 0)
-      : model_(std::move(model)), resource_(resource), index_(index), layer_(resource), range_(bins), data_term_(opts.data_term),
-        cols_(*model_, opts.allow_negative_poi) {
+      : Identity(std::move(model), bins, resource, index), layer_(resource), data_term_(opts.data_term), cols_(*model_, opts.allow_negative_poi) {
     const Model& m = *model_;
-    if (bins.begin < 0 || bins.end > m.nbins_full() || bins.begin > bins.end)
-      throw usage_error("bin range [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + ") is outside the model's " +
-                        std::to_string(m.nbins_full()) + " bins");
     if (m.sparse)
       throw usage_error("the model stores sparse templates; the device-layer shard holds dense ones (read the tensor densely, or use the host shard)");
     P_ = m.nprocs();
-    ndata_ = std::max<index_t>(0, std::min(bins.end, m.nbins()) - bins.begin);
     const std::size_t P = static_cast<std::size_t>(P_), nc = static_cast<std::size_t>(m.ncoef());
     const auto row0 = static_cast<std::size_t>(detail::held_row(m, bins));
     const auto cells = static_cast<std::size_t>(bins.size()) * P;
@@ -176,19 +175,11 @@ class Shard<Policy, Storage> {
     layer_.upload(std::span<const index_t>(poi), poi_of_process_);
     const std::vector<double> r0 = detail::default_strengths(m);
     layer_.upload(std::span<const double>(r0), r0_);
-    const auto mine = [&](const std::vector<double>& v) {
-      return std::span(v).subspan(static_cast<std::size_t>(std::min(bins.begin, m.nbins())), static_cast<std::size_t>(ndata_));
-    };
-    set_data(mine(m.data), mine(m.data_variance.empty() ? m.data : m.data_variance));
+    set_data(this->model_counts(), this->model_variances());
     bb_ = BinByBinStats::build(m, {bins.begin, bins.begin + ndata_}, opts.bin_by_bin, opts.data_term);
     upload_stats();
   }
 
-  BinRange bins() const { return range_; }
-  index_t index() const { return index_; }
-  const resource_type& resource() const { return resource_; }
-  const Model& model() const { return *model_; }
-  index_t ndata() const { return ndata_; }
   index_t nparams() const { return cols_.nparams(); }
 
   void set_data(std::span<const double> counts, std::span<const double> variances) { set_slot(0, counts, variances, {}); }
@@ -222,11 +213,10 @@ class Shard<Policy, Storage> {
       pass.coupled_y = upload_rows(rq.coupled_y, y_);
       if (nv > 0) pass.coupled_z = upload_rows(rq.coupled_z, z_);
     }
-    std::vector<double> acc, poi, nll;
-    data_pass(pass, bins, rq.nll != nullptr && !coupled, acc, poi, nll);
-    for (index_t j = 0; rq.nll && j < nx; ++j) rq.nll[j] = nll[static_cast<std::size_t>(j)];
-    cols_.write_partials(acc.data(), poi.data(), rq.v, nx, nu, rq.grad, rq.hvp, rq.accumulate,
-                         [&](index_t j) { return acc.data() + j * cols_.ncoef(); });
+    data_pass(pass, bins, rq.nll != nullptr && !coupled);
+    for (index_t j = 0; rq.nll && j < nx; ++j) rq.nll[j] = host_nll_[static_cast<std::size_t>(j)];
+    cols_.write_partials(host_acc_.data(), host_poi_.data(), rq.v, nx, nu, rq.grad, rq.hvp, rq.accumulate,
+                         [&](index_t j) { return host_acc_.data() + j * cols_.ncoef(); });
   }
   void fence() { layer_.fence(); }
 
@@ -236,10 +226,12 @@ class Shard<Policy, Storage> {
                BlockView<double> coupled_rows = {}, index_t slot = 0) {
     const index_t n = nparams();
     const ConstBlockView<double> xj = x.block_cols(j, 1);
-    std::vector<double> eye(static_cast<std::size_t>(n * n), 0.0), zeros;
-    for (index_t k = 0; k < n; ++k) eye[static_cast<std::size_t>(k * n + k)] = 1.0;
-    const ConstBlockView<double> I(eye.data(), n, n);
-    std::vector<double> h(static_cast<std::size_t>(n * n));
+    if (static_cast<index_t>(eye_.size()) != n * n) {
+      eye_.assign(static_cast<std::size_t>(n * n), 0.0);
+      for (index_t k = 0; k < n; ++k) eye_[static_cast<std::size_t>(k * n + k)] = 1.0;
+    }
+    const ConstBlockView<double> I(eye_.data(), n, n);
+    std::vector<double> h(static_cast<std::size_t>(n * n)), zeros;
     PartialRequest rq;
     rq.x = xj;
     rq.v = I;
@@ -273,7 +265,7 @@ class Shard<Policy, Storage> {
     if (pass.coupled) pass.coupled_y = upload_rows(coupled_y.block_cols(0, 1), y_);
     forward({0, ndata_}, 1);
     layer_.zero(out_, ndata_ * per);
-    for_chunks(ndata_, 1, [&](index_t first, index_t count) {
+    for_chunks(ndata_, layout(1), [&](index_t first, index_t count) {
       layer_.launch(count, detail::BetaBinKernel<Cells>{pass, first, layer_.data(L_), layer_.data(out_), per, layout(1), scratch_base()});
     });
     layer_.download(out_, beta);
@@ -288,8 +280,9 @@ class Shard<Policy, Storage> {
     const detail::BinPass<Cells> pass = bin_pass(stats_, bb_, 1, nv, v, {});
     forward({0, ndata_}, 1 + nv);
     layer_.zero(out_, ndata_ * nv);
-    for_chunks(ndata_, 1, [&](index_t first, index_t count) {
-      layer_.launch(count, detail::VarianceBinKernel<Cells>{pass, first, layer_.data(L_), ndata_ * P_, layer_.data(out_), layout(1), scratch_base()});
+    const detail::ScratchLayout lay{P_, 1, true};
+    for_chunks(ndata_, lay, [&](index_t first, index_t count) {
+      layer_.launch(count, detail::VarianceBinKernel<Cells>{pass, first, layer_.data(L_), ndata_ * P_, layer_.data(out_), lay, scratch_base()});
     });
     std::vector<double> part(static_cast<std::size_t>(ndata_ * nv));
     layer_.download(out_, std::span(part));
@@ -350,12 +343,14 @@ class Shard<Policy, Storage> {
   static constexpr index_t chunk_bins = 1024;
 
   detail::ScratchLayout layout(index_t nx) const { return {P_, nx}; }
+  /// f(first, count) over the chunks of `nbins` bins, the per-bin scratch sized for a chunk (the
+  /// per-bin functions write every scratch entry they read, as the host shard's reused workspaces).
   template <class F>
-  void for_chunks(index_t nbins, index_t nx, F&& f) {
+  void for_chunks(index_t nbins, detail::ScratchLayout lay, F&& f) {
     const index_t chunk = std::min(chunk_bins, std::max<index_t>(nbins, 1));
-    layer_.zero(scratch_, chunk * layout(nx).doubles());
-    layer_.zero(scratch_cy_, chunk * P_ * nx);
-    layer_.zero(scratch_curv_, chunk * nx);
+    layer_.resize(scratch_, chunk * lay.doubles());
+    layer_.resize(scratch_cy_, chunk * P_ * lay.nx);
+    layer_.resize(scratch_curv_, chunk * lay.nx);
     for (index_t b = 0; b < nbins; b += chunk) f(b, std::min(chunk, nbins - b));
   }
   detail::BinScratch scratch_base() {
@@ -425,39 +420,39 @@ class Shard<Policy, Storage> {
   void forward(BinRange bins, index_t nf) {
     const index_t nc = cols_.ncoef(), cells = bins.size() * P_;
     layer_.upload(std::span<const double>(cols_.coef(), static_cast<std::size_t>(nc * nf)), C_);
-    layer_.zero(L_, cells * nf);
+    layer_.resize(L_, cells * nf);  // the GEMM writes every entry
     layer_.gemm(true, cells, nf, nc, layer_.data(logk_) + bins.begin * P_ * nc, nc, layer_.data(C_), nc, layer_.data(L_), cells);
   }
 
   /// The data pass over `bins`: forward GEMM, data_bin launched per bin, backward GEMM; returns the
   /// backward products (`[ncoef × nb]`), the POI sums (`[npoi × nb]`) and the values (`[nx]`,
-  /// when `values`), the per-bin sums added in bin order.
-  void data_pass(const detail::BinPass<Cells>& pass, BinRange bins, bool values, std::vector<double>& acc, std::vector<double>& poi,
-                 std::vector<double>& nll) {
+  /// when `values`) in host_acc_, host_poi_ and host_nll_, the per-bin sums added in bin order.
+  void data_pass(const detail::BinPass<Cells>& pass, BinRange bins, bool values) {
     const index_t nx = pass.nx, nb = pass.nu + pass.nv, nf = nx + pass.nv, nc = cols_.ncoef(), npoi = cols_.npoi();
     const index_t nbins = bins.size(), cells = nbins * P_, ps = npoi * nb;
     forward(bins, nf);
     layer_.zero(U_, cells * nb);
     layer_.zero(poi_, nbins * ps);
     layer_.zero(nll_, values ? nbins * nx : 0);
-    for_chunks(nbins, nx, [&](index_t first, index_t count) {
+    for_chunks(nbins, layout(nx), [&](index_t first, index_t count) {
       layer_.launch(count, detail::DataBinKernel<Cells>{pass, bins.begin + first, bins.begin, layer_.data(L_), cells, layer_.data(U_), cells,
                                                         layer_.data(poi_), ps, values ? layer_.data(nll_) : nullptr, layout(nx),
                                                         scratch_base()});
     });
-    layer_.zero(acc_, nc * nb);
+    layer_.resize(acc_, nc * nb);  // the GEMM writes every entry
     layer_.gemm(false, nc, nb, cells, layer_.data(logk_) + bins.begin * P_ * nc, nc, layer_.data(U_), cells, layer_.data(acc_), nc);
-    acc.resize(static_cast<std::size_t>(nc * nb));
-    std::vector<double> part(static_cast<std::size_t>(nbins * ps)), vals(static_cast<std::size_t>(values ? nbins * nx : 0));
-    layer_.download(acc_, std::span(acc));
-    layer_.download(poi_, std::span(part));
-    if (values) layer_.download(nll_, std::span(vals));
+    host_acc_.resize(static_cast<std::size_t>(nc * nb));
+    host_part_.resize(static_cast<std::size_t>(nbins * ps));
+    host_vals_.resize(static_cast<std::size_t>(values ? nbins * nx : 0));
+    layer_.download(acc_, std::span(host_acc_));
+    layer_.download(poi_, std::span(host_part_));
+    if (values) layer_.download(nll_, std::span(host_vals_));
     layer_.fence();
-    poi.assign(static_cast<std::size_t>(std::max<index_t>(ps, 1)), 0.0);
-    nll.assign(static_cast<std::size_t>(nx), 0.0);
+    host_poi_.assign(static_cast<std::size_t>(std::max<index_t>(ps, 1)), 0.0);
+    host_nll_.assign(static_cast<std::size_t>(nx), 0.0);
     for (index_t i = 0; i < nbins; ++i) {
-      for (index_t e = 0; e < ps; ++e) poi[static_cast<std::size_t>(e)] += part[static_cast<std::size_t>(i * ps + e)];
-      for (index_t j = 0; values && j < nx; ++j) nll[static_cast<std::size_t>(j)] += vals[static_cast<std::size_t>(i * nx + j)];
+      for (index_t e = 0; e < ps; ++e) host_poi_[static_cast<std::size_t>(e)] += host_part_[static_cast<std::size_t>(i * ps + e)];
+      for (index_t j = 0; values && j < nx; ++j) host_nll_[static_cast<std::size_t>(j)] += host_vals_[static_cast<std::size_t>(i * nx + j)];
     }
   }
 
@@ -472,7 +467,7 @@ class Shard<Policy, Storage> {
     layer_.zero(out_, 2 * nr * (nx + nv));
     double* o = layer_.data(out_);
     const BlockView<double> dnu_d(o, nr, nv), dq_d(o + nr * nv, nr, nv), nu_d(o + 2 * nr * nv, nr, nx), q_d(o + 2 * nr * nv + nr * nx, nr, nx);
-    for_chunks(nr, nx, [&](index_t first, index_t count) {
+    for_chunks(nr, layout(nx), [&](index_t first, index_t count) {
       layer_.launch(count, detail::AggregateBinKernel<Cells>{pass, bins.begin + first, bins.begin, layer_.data(L_), nr * P_, nu_d, q.empty() ? BlockView<double>{} : q_d,
                                                              nv > 0 ? dnu_d : BlockView<double>{}, nv > 0 && !dq.empty() ? dq_d : BlockView<double>{},
                                                              layout(nx), scratch_base()});
@@ -490,14 +485,10 @@ class Shard<Policy, Storage> {
     if (!dq.empty()) put(dq, host.data() + nr * nv);
   }
 
-  std::shared_ptr<const Model> model_;
-  resource_type resource_;
-  index_t index_;
   Layer layer_;
-  BinRange range_;
   DataTerm data_term_;
   detail::ParameterColumns cols_;
-  index_t P_ = 0, ndata_ = 0;
+  index_t P_ = 0;
   BinByBinStats bb_, exact_;
   std::optional<BinByBinStats> profiled_bb_;
   std::vector<DeviceSlot> slots_ = std::vector<DeviceSlot>(1);
@@ -510,6 +501,8 @@ class Shard<Policy, Storage> {
   buffer<double> C_, L_, U_, acc_, poi_, nll_, v_, y_, z_, out_, scratch_;
   buffer<detail::CellYield> scratch_cy_;
   buffer<detail::BinCurvature> scratch_curv_;
+  // Host buffers, reused: what a data pass brings back, and the Hessian's unit directions.
+  std::vector<double> host_acc_, host_poi_, host_nll_, host_part_, host_vals_, eye_;
 };
 
 }  // namespace fitlib

@@ -27,6 +27,7 @@
 #include "fitlib/likelihood/interpolation.hpp"
 #include "fitlib/likelihood/options.hpp"
 #include "fitlib/likelihood/partial_request.hpp"
+#include "fitlib/likelihood/shard_identity.hpp"
 #include "fitlib/likelihood/slot_inputs.hpp"
 #include "fitlib/likelihood/templates.hpp"
 #include "fitlib/model/model.hpp"
@@ -47,7 +48,10 @@ class Shard;
 /// from memory once per evaluation whatever is computed (DESIGN.md, "The numerical core").
 template <class Policy, class Storage>
   requires std::same_as<backend_of_t<Policy>, backend::host>
-class Shard<Policy, Storage> {
+class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::shard_resource> {
+  using Identity = detail::ShardIdentity<typename Policy::shard_resource>;
+  using Identity::model_, Identity::range_, Identity::ndata_;
+
  public:
   using policy_type = Policy;
   using resource_type = typename Policy::shard_resource;
@@ -56,31 +60,16 @@ class Shard<Policy, Storage> {
   /// Shard `index` of its likelihood over `bins`, on `resource` (one of partition(policy, k)'s; a
   /// host shard needs nothing from it).
   Shard(std::shared_ptr<const Model> model, BinRange bins, resource_type resource = {}, const LikelihoodOptions& opts = {}, index_t index = 0)
-      : model_(std::move(model)), resource_(resource), index_(index), range_(bins), data_term_(opts.data_term),
-        hessian_block_rows_(opts.hessian_block_rows), tpl_(*model_, bins), cols_(*model_, opts.allow_negative_poi),
-        nprocs_(model_->nprocs()), cache_(nprocs_, cols_.ncoef(), cols_.nparams(), bins.size(), cols_.symmetric()) {
+      : Identity(std::move(model), bins, resource, index), data_term_(opts.data_term), hessian_block_rows_(opts.hessian_block_rows),
+        tpl_(*model_, bins), cols_(*model_, opts.allow_negative_poi), nprocs_(model_->nprocs()),
+        cache_(nprocs_, cols_.ncoef(), cols_.nparams(), bins.size(), cols_.symmetric()) {
     const Model& m = *model_;
-    if (bins.begin < 0 || bins.end > m.nbins_full() || bins.begin > bins.end)
-      throw usage_error("bin range [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) +
-                        ") is outside the model's " + std::to_string(m.nbins_full()) + " bins");
-    ndata_ = std::max<index_t>(0, std::min(bins.end, m.nbins()) - bins.begin);
-    const auto mine = [&](const std::vector<double>& v) {
-      return std::span(v).subspan(static_cast<std::size_t>(std::min(bins.begin, m.nbins())), static_cast<std::size_t>(ndata_));
-    };
-    set_data(mine(m.data), mine(m.data_variance.empty() ? m.data : m.data_variance));
+    set_data(this->model_counts(), this->model_variances());
     bb_ = BinByBinStats::build(m, {bins.begin, bins.begin + ndata_}, opts.bin_by_bin, opts.data_term);
     poi_of_process_ = m.poi_of_process();
     r0_ = detail::default_strengths(m);
   }
 
-  BinRange bins() const { return range_; }
-  /// The shard's place among its likelihood's shards, and the resource it runs on.
-  index_t index() const { return index_; }
-  const resource_type& resource() const { return resource_; }
-  /// The model whose templates the shard reads.
-  const Model& model() const { return *model_; }
-  /// Data (unmasked) bins of the shard: the first `ndata()` of its range.
-  index_t ndata() const { return ndata_; }
   index_t nparams() const { return cols_.nparams(); }
 
   /// Replaces the observed counts of this shard's unmasked bins (toys, Asimov, data replicas) and
@@ -428,15 +417,11 @@ class Shard<Policy, Storage> {
     if (static_cast<index_t>(v.size()) < n) v.resize(static_cast<std::size_t>(n));
   }
 
-  std::shared_ptr<const Model> model_;
-  resource_type resource_;
-  index_t index_;
-  BinRange range_;
   DataTerm data_term_;
   index_t hessian_block_rows_;
   detail::TemplateSlice<Storage> tpl_;
   detail::ParameterColumns cols_;
-  index_t nprocs_ = 0, ndata_ = 0;
+  index_t nprocs_ = 0;
   detail::ForwardCache cache_;
   std::vector<DataSlot> slots_ = std::vector<DataSlot>(1);
 
