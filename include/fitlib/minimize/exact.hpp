@@ -249,134 +249,35 @@ class Exact {
       step.failed = true;
       return step;
     }
-    const ConstBlockView<double> Hv(H_.data(), n_, n_), Uv(U_.data(), n_, n_);
-    const BlockView<double> Um(U_.data(), n_, n_);
-    auto factorize = [&](double lambda) {
-      const index_t info = detail::exact::upper_cholesky(Hv, lambda, Um);
-      attempts_.push_back({lambda, info});  // within the reserved capacity: no allocation
-      return info;
-    };
-    auto estimate = [&] {
-      const double s = detail::exact::estimate_smallest_singular_value(Uv, z_.data(), w_.data(), pvec_.data());
-      estimates_.push_back(s);
-      return s;
-    };
 
-    // Initial bracket and guess (§3.3, CGT §7.3.8). The stored lower bound holds for any smaller
-    // radius, because λ*(Δ) does not increase with Δ.
-    double ub = std::max(0.0, jac_mag_ / radius + std::min(std::min(-gershgorin_lb_, hess_fro_), hess_inf_));
-    double lb = std::max(std::max(0.0, -min_diag_), jac_mag_ / radius - std::min(std::min(gershgorin_ub_, hess_fro_), hess_inf_));
-    if (radius < previous_radius_) lb = std::max(lambda_lb_, lb);
-    double lambda = lb == 0 ? 0.0 : safeguarded(lb, ub);
-
-    const double* g = g_.data();
-    double* pp = p_.data();
-    bool hits_boundary = true, have_factor = false, have_step = false, model_known = false;
-    bool have_failed_pivot = false;  // v_ holds the null vector of the last failed pivot (C)
-    double model = 0;
-    index_t info = 0;
+    Iteration it = initial_bracket(radius);
     while (niter_ < options_.maxiter) {
       // After a successful trial factorisation in (A1) the factor of H + λ_new I is reused, not
       // recomputed (SciPy ≥ 1.18's `U = c`, §0.1).
-      if (have_factor) {
-        have_factor = false;
+      if (it.have_factor) {
+        it.have_factor = false;
       } else {
-        info = factorize(lambda);
+        it.info = factorize(it.lambda);
       }
       ++niter_;
 
-      if (info == 0 && jac_mag_ > close_to_zero_) {
-        // (A) H + λI is positive definite: p(λ) = −(H + λI)⁻¹g.
-        for (index_t i = 0; i < n_; ++i) pp[i] = -g[i];
-        detail::exact::solve_upper_transposed(Uv, pp);
-        detail::exact::solve_upper(Uv, pp);
-        have_step = true;
-        const double p_norm = detail::norm_sequential(pp, n_);
-        if (p_norm <= radius && lambda == 0) {  // the Newton step is interior
-          hits_boundary = false;
-          break;
-        }
-        std::copy(pp, pp + n_, w_.begin());
-        detail::exact::solve_upper_transposed(Uv, w_.data());
-        const double w_norm = detail::norm_sequential(w_.data(), n_);
-        const double ratio = p_norm / w_norm;
-        // Newton's step on 1/‖p(λ)‖ − 1/Δ (N&W 4.44).
-        double lambda_new = lambda + ratio * ratio * (p_norm - radius) / radius;
-
-        if (p_norm < radius) {
-          // (A1) Inside: λ is too large, or this is the hard case. Try p + τz with z the estimated
-          // smallest singular vector of U, taking the boundary root of smaller |τ|.
-          const double s = estimate();
-          const auto roots = boundary_intersections(p_, z_, radius);
-          const double tau = std::abs(roots.upper) < std::abs(roots.lower) ? roots.upper : roots.lower;
-          const double quadratic = quadratic_form_shifted(pp, lambda);  // pᵀ(H + λI)p
-          const double relative_error = tau * tau * (s * s) / (quadratic + lambda * (radius * radius));
-          if (relative_error <= k_hard) {
-            for (index_t i = 0; i < n_; ++i) work_[static_cast<std::size_t>(i)] = pp[i] + tau * z_[static_cast<std::size_t>(i)];
-            const double candidate = model_of(work_.data());
-            // Deviation (§6.3): take the candidate only if it lowers the model; with λ ≥ 0 (§6.1)
-            // the k_hard test implies this in exact arithmetic, so SciPy's iterates are unchanged.
-            if (candidate < 0) {
-              std::copy(work_.begin(), work_.end(), pp);
-              model = candidate;
-              model_known = true;
-              break;
-            }
-          }
-          ub = lambda;
-          lb = std::max(lb, lambda - s * s);
-          // Deviation (§6.1): SciPy does not clamp λ_new; a factorisation that succeeds at λ < 0
-          // would push the bracket negative. Every recorded negative λ_new failed at 0 as well.
-          lambda_new = std::max(lambda_new, 0.0);
-          if (factorize(lambda_new) == 0) {
-            lambda = lambda_new;
-            have_factor = true;
-            info = 0;
-          } else {
-            lb = std::max(lb, lambda_new);  // a failed factorisation proves λ_new ≤ −λ₁ ≤ λ* (§6 'extra')
-            lambda = safeguarded(lb, ub);
-          }
-        } else {
-          // (A2) Outside or on the boundary: stop within k_easy; else Newton from the left.
-          if (std::abs(p_norm - radius) / radius <= k_easy) break;
-          lb = lambda;
-          lambda = lambda_new;
-        }
-      } else if (info == 0) {
-        // (B) ‖g‖ ≈ 0: the step is a boundary step along the estimated smallest singular vector.
-        if (lambda == 0) {
-          std::fill(pp, pp + n_, 0.0);
-          have_step = true;
-          hits_boundary = false;
-          break;
-        }
-        const double s = estimate();
-        for (index_t i = 0; i < n_; ++i) pp[i] = radius * z_[static_cast<std::size_t>(i)];
-        have_step = true;
-        if (radius * radius * (s * s) <= k_hard * lambda * (radius * radius)) break;
-        ub = lambda;
-        lb = std::max(lb, lambda - s * s);
-        lambda = safeguarded(lb, ub);  // SciPy has no |·| here; lb·ub ≥ 0 anyway since λ ≥ 0 (§6.1)
+      if (it.info == 0 && jac_mag_ > close_to_zero_) {
+        if (positive_definite(it, radius)) break;  // (A)
+      } else if (it.info == 0) {
+        if (zero_gradient(it, radius)) break;  // (B)
       } else {
-        // (C) H + λI is not positive definite: the failed pivot gives a sharper lower bound,
-        // λ + δ/‖v‖² ≤ −λ₁ ≤ λ* (§3.5, §6 'extra').
-        const double b_kk = hess(info - 1, info - 1) + lambda;
-        const double delta = detail::exact::singular_leading_submatrix(Uv, info, b_kk, v_.data());
-        const double v_norm = detail::norm_sequential(v_.data(), n_);
-        have_failed_pivot = true;
-        lb = std::max(lb, lambda + delta / (v_norm * v_norm));
-        lambda = safeguarded(lb, ub);
+        not_positive_definite(it);  // (C)
       }
     }
     // Past maxiter SciPy returns the last computed p with hits_boundary = true (§3.4); so do we.
-    lambda_lb_ = lb;
+    lambda_lb_ = it.lb;
     previous_radius_ = radius;
-    step.lambda = lambda;
-    if (!have_step) {
+    step.lambda = it.lambda;
+    if (!it.have_step) {
       // No factorisation succeeded within maxiter: SciPy's p is unbound there (UnboundLocalError,
       // §3.4); we define the case instead of failing the whole minimisation.
       step.lambda = 0;
-      if (!fallback_step(radius, have_failed_pivot, hits_boundary)) {
+      if (!fallback_step(radius, it.have_failed_pivot, it.hits_boundary)) {
         std::fill(p.begin(), p.end(), 0.0);
         step.failed = true;
         step.hits_boundary = false;
@@ -384,8 +285,8 @@ class Exact {
       }
     }
     std::copy(p_.begin(), p_.end(), p.begin());
-    step.hits_boundary = hits_boundary;
-    step.model = model_known ? model : model_of(pp);
+    step.hits_boundary = it.hits_boundary;
+    step.model = it.model_known ? it.model : model_of(p_.data());
     return step;
   }
 
@@ -404,6 +305,145 @@ class Exact {
   static constexpr double k_hard = 0.2;  // §3.6
 
   double hess(index_t i, index_t j) const { return H_[static_cast<std::size_t>(i + j * n_)]; }
+
+  /// The Moré–Sorensen iteration's state within one solve (§3.3): λ, its bracket [lb, ub], the last
+  /// factorisation's info, and what the cases have left (a step in p_, a known model value).
+  struct Iteration {
+    double lambda = 0, lb = 0, ub = 0;
+    index_t info = 0;
+    bool hits_boundary = true, have_factor = false, have_step = false, model_known = false;
+    bool have_failed_pivot = false;  // v_ holds the null vector of the last failed pivot (C)
+    double model = 0;
+  };
+
+  /// The Cholesky factor of H + λI into U_, recorded in attempts_; LAPACK's info.
+  index_t factorize(double lambda) {
+    const index_t info = detail::exact::upper_cholesky(ConstBlockView<double>(H_.data(), n_, n_), lambda, BlockView<double>(U_.data(), n_, n_));
+    attempts_.push_back({lambda, info});  // within the reserved capacity: no allocation
+    return info;
+  }
+
+  /// U_'s smallest singular value (its vector into z_), recorded in estimates_.
+  double estimate() {
+    const double s = detail::exact::estimate_smallest_singular_value(ConstBlockView<double>(U_.data(), n_, n_), z_.data(), w_.data(), pvec_.data());
+    estimates_.push_back(s);
+    return s;
+  }
+
+  /// Initial bracket and guess (§3.3, CGT §7.3.8). The stored lower bound holds for any smaller
+  /// radius, because λ*(Δ) does not increase with Δ.
+  Iteration initial_bracket(double radius) const {
+    Iteration it;
+    it.ub = std::max(0.0, jac_mag_ / radius + std::min(std::min(-gershgorin_lb_, hess_fro_), hess_inf_));
+    it.lb = std::max(std::max(0.0, -min_diag_), jac_mag_ / radius - std::min(std::min(gershgorin_ub_, hess_fro_), hess_inf_));
+    if (radius < previous_radius_) it.lb = std::max(lambda_lb_, it.lb);
+    it.lambda = it.lb == 0 ? 0.0 : safeguarded(it.lb, it.ub);
+    return it;
+  }
+
+  /// (A) H + λI is positive definite: p(λ) = −(H + λI)⁻¹g. True when the solve is done.
+  bool positive_definite(Iteration& it, double radius) {
+    const ConstBlockView<double> Uv(U_.data(), n_, n_);
+    const double* g = g_.data();
+    double* pp = p_.data();
+    for (index_t i = 0; i < n_; ++i) pp[i] = -g[i];
+    detail::exact::solve_upper_transposed(Uv, pp);
+    detail::exact::solve_upper(Uv, pp);
+    it.have_step = true;
+    const double p_norm = detail::norm_sequential(pp, n_);
+    if (p_norm <= radius && it.lambda == 0) {  // the Newton step is interior
+      it.hits_boundary = false;
+      return true;
+    }
+    std::copy(pp, pp + n_, w_.begin());
+    detail::exact::solve_upper_transposed(Uv, w_.data());
+    const double w_norm = detail::norm_sequential(w_.data(), n_);
+    const double ratio = p_norm / w_norm;
+    // Newton's step on 1/‖p(λ)‖ − 1/Δ (N&W 4.44).
+    const double lambda_new = it.lambda + ratio * ratio * (p_norm - radius) / radius;
+    if (p_norm < radius) return inside(it, radius, lambda_new);
+    return outside(it, radius, p_norm, lambda_new);
+  }
+
+  /// (A1) Inside: λ is too large, or this is the hard case. Try p + τz with z the estimated
+  /// smallest singular vector of U, taking the boundary root of smaller |τ|.
+  bool inside(Iteration& it, double radius, double lambda_new) {
+    double* pp = p_.data();
+    const double lambda = it.lambda;
+    const double s = estimate();
+    const auto roots = boundary_intersections(p_, z_, radius);
+    const double tau = std::abs(roots.upper) < std::abs(roots.lower) ? roots.upper : roots.lower;
+    const double quadratic = quadratic_form_shifted(pp, lambda);  // pᵀ(H + λI)p
+    const double relative_error = tau * tau * (s * s) / (quadratic + lambda * (radius * radius));
+    if (relative_error <= k_hard) {
+      for (index_t i = 0; i < n_; ++i) work_[static_cast<std::size_t>(i)] = pp[i] + tau * z_[static_cast<std::size_t>(i)];
+      const double candidate = model_of(work_.data());
+      // Deviation (§6.3): take the candidate only if it lowers the model; with λ ≥ 0 (§6.1)
+      // the k_hard test implies this in exact arithmetic, so SciPy's iterates are unchanged.
+      if (candidate < 0) {
+        std::copy(work_.begin(), work_.end(), pp);
+        it.model = candidate;
+        it.model_known = true;
+        return true;
+      }
+    }
+    it.ub = lambda;
+    it.lb = std::max(it.lb, lambda - s * s);
+    // Deviation (§6.1): SciPy does not clamp λ_new; a factorisation that succeeds at λ < 0
+    // would push the bracket negative. Every recorded negative λ_new failed at 0 as well.
+    lambda_new = std::max(lambda_new, 0.0);
+    if (factorize(lambda_new) == 0) {
+      it.lambda = lambda_new;
+      it.have_factor = true;
+      it.info = 0;
+    } else {
+      it.lb = std::max(it.lb, lambda_new);  // a failed factorisation proves λ_new ≤ −λ₁ ≤ λ* (§6 'extra')
+      it.lambda = safeguarded(it.lb, it.ub);
+    }
+    return false;
+  }
+
+  /// (A2) Outside or on the boundary: stop within k_easy; else Newton from the left.
+  static bool outside(Iteration& it, double radius, double p_norm, double lambda_new) {
+    if (std::abs(p_norm - radius) / radius <= k_easy) return true;
+    it.lb = it.lambda;
+    it.lambda = lambda_new;
+    return false;
+  }
+
+  /// (B) ‖g‖ ≈ 0: the step is a boundary step along the estimated smallest singular vector. True when
+  /// the solve is done.
+  bool zero_gradient(Iteration& it, double radius) {
+    double* pp = p_.data();
+    const double lambda = it.lambda;
+    if (lambda == 0) {
+      std::fill(pp, pp + n_, 0.0);
+      it.have_step = true;
+      it.hits_boundary = false;
+      return true;
+    }
+    const double s = estimate();
+    for (index_t i = 0; i < n_; ++i) pp[i] = radius * z_[static_cast<std::size_t>(i)];
+    it.have_step = true;
+    if (radius * radius * (s * s) <= k_hard * lambda * (radius * radius)) return true;
+    it.ub = lambda;
+    it.lb = std::max(it.lb, lambda - s * s);
+    it.lambda = safeguarded(it.lb, it.ub);  // SciPy has no |·| here; lb·ub ≥ 0 anyway since λ ≥ 0 (§6.1)
+    return false;
+  }
+
+  /// (C) H + λI is not positive definite: the failed pivot gives a sharper lower bound,
+  /// λ + δ/‖v‖² ≤ −λ₁ ≤ λ* (§3.5, §6 'extra').
+  void not_positive_definite(Iteration& it) {
+    const index_t info = it.info;
+    const double lambda = it.lambda;
+    const double b_kk = hess(info - 1, info - 1) + lambda;
+    const double delta = detail::exact::singular_leading_submatrix(ConstBlockView<double>(U_.data(), n_, n_), info, b_kk, v_.data());
+    const double v_norm = detail::norm_sequential(v_.data(), n_);
+    it.have_failed_pivot = true;
+    it.lb = std::max(it.lb, lambda + delta / (v_norm * v_norm));
+    it.lambda = safeguarded(it.lb, it.ub);
+  }
 
   /// max(√|lb·ub|, lb + θ(ub − lb)), Python's max (the first unless the second is larger).
   static double safeguarded(double lb, double ub) { return std::max(std::sqrt(std::abs(lb * ub)), lb + theta * (ub - lb)); }
