@@ -184,117 +184,142 @@ FITLIB_HOST_DEVICE inline double gamma_full_yield(const BinByBinStatsView& st, i
   return x;
 }
 
-/// Profiles β in data bin `i` (local index in `st`) given its cell yields `m` before β, its count
-/// n and `aux` (1/n for Poisson, 1/σ² for χ²). Writes ∂F/∂m (`g`), the curvature's diag(δ) and
-/// U (`delta`, `u1`, `u2`, P each) and β̂ (`beta`, st.per_bin() entries, or null). Without bin-by-bin
-/// statistics F = D(Σ_p m_p): g = D', U = [1 0], S = diag(D'', 0).
-FITLIB_HOST_DEVICE inline BinCurvature profile_bin(const BinByBinStatsView& st, index_t i, DataTerm term, double n, double aux, const double* m, index_t P,
-                                double* g, double* delta, double* u1, double* u2, double* beta) {
-  // β fixed: F = D(Σ c_p m_p) with the cells' factors c already in u1.
-  const auto plain = [&](double nu_tilde) {
-    const BinTerm t = data_term(term, nu_tilde, n, aux);
-    for (index_t p = 0; p < P; ++p) {
-      g[p] = t.w * u1[p];
-      delta[p] = 0;
-      u2[p] = 0;
-    }
-    return BinCurvature{t.nll, t.d2, 0, 0};
-  };
-  double nu = 0;
-  for (index_t p = 0; p < P; ++p) nu += m[p];
-  const bool poisson_empty = term == DataTerm::poisson && n == 0;  // D = ν: no barrier, D' = 1
-  const double var = term == DataTerm::chisq ? 1 / aux : 0;
-  if (!st.enabled) {
-    for (index_t p = 0; p < P; ++p) u1[p] = 1.0;
-    return plain(nu);
-  }
+/// What profile_bin's cases read of a bin besides the statistics: its data term, count n, `aux`,
+/// the cell yields m before β (P of them) and what every case derives from them.
+struct BinProfileInput {
+  DataTerm term;
+  double n, aux;
+  const double* m;
+  index_t P;
+  double nu;           ///< Σ_p m_p
+  bool poisson_empty;  ///< Poisson with n = 0: D = ν, no barrier, D' = 1
+  double var;          ///< σ² = 1/aux for χ², else 0
+};
 
-  if (st.mode == BinByBinMode::lite) {
-    const double k = st.kstat[static_cast<std::size_t>(i)], b0 = st.beta0[static_cast<std::size_t>(i)];
-    const unsigned char* act = st.active + i * P;
-    if (!st.multiplicative()) {  // ν̃ = ν + s·β, unit Gaussian constraint
-      const double s = st.sigma[static_cast<std::size_t>(i)];
-      double b = b0;
-      if (!st.fixed[static_cast<std::size_t>(i)]) {
-        if (poisson_empty) b = b0 - s;
-        else if (term == DataTerm::poisson) b = larger_root(s, s * s + nu - s * b0, s * (nu - n) - nu * b0);
-        else b = (s * (n - nu) + var * b0) / (var + s * s);
-      }
-      if (beta) beta[0] = b;
-      const BinTerm t = data_term(term, nu + s * b, n, aux);
-      for (index_t p = 0; p < P; ++p) {
-        g[p] = t.w;
-        delta[p] = 0;
-        u1[p] = 1;
-        u2[p] = 0;
-      }
-      return {t.nll + 0.5 * (b - b0) * (b - b0), t.d2 / (1 + t.d2 * s * s), 0, 0};
-    }
-    double A = 0, Z = 0;
-    for (index_t p = 0; p < P; ++p) (act[p] ? A : Z) += m[p];
-    double b = b0;
-    if (!st.fixed[static_cast<std::size_t>(i)]) {
-      const bool gamma = st.type == BinByBinType::gamma;
-      if (poisson_empty) b = gamma ? k * b0 / (A + k) : b0 - A / k;
-      else if (term == DataTerm::poisson)
-        b = gamma ? larger_root(A * (A + k), A * (Z - n - k * b0) + k * Z, -k * b0 * Z)
-                  : larger_root(k * A, A * A - k * b0 * A + k * Z, A * (Z - n) - k * b0 * Z);
-      else if (gamma) b = larger_root(A * A, k * var + (Z - n) * A, -k * var * b0);
-      else b = ((n - Z) * A / var + k * b0) / (k + A * A / var);
-    }
-    if (beta) beta[0] = b;
-    for (index_t p = 0; p < P; ++p) u1[p] = act[p] ? b : 1.0;
-    if (st.fixed[static_cast<std::size_t>(i)]) return plain(b * A + Z);
-    const BinTerm t = data_term(term, b * A + Z, n, aux);
-    const BetaTerm l = beta_term(st.type, b, k, b0);
-    const double gbb = t.d2 * A * A + l.d2;
-    for (index_t p = 0; p < P; ++p) {
-      g[p] = t.w * u1[p];
-      delta[p] = 0;
-      u2[p] = act[p];
-    }
-    return {t.nll + l.value, t.d2 - (t.d2 * A) * (t.d2 * A) / gbb, -t.d2 * A * t.w / gbb, -t.w * t.w / gbb};
-  }
+/// Where profile_bin writes: ∂F/∂m (`g`), diag(δ) and U (`delta`, `u1`, `u2`, P each), β̂ (`beta`, or null).
+struct BinProfileOutput {
+  double *g, *delta, *u1, *u2, *beta;
+};
 
-  // Full mode: one β per cell.
-  const double* k = st.kstat + i * P;
+/// β fixed: F = D(Σ c_p m_p) with the cells' factors c already in u1.
+FITLIB_HOST_DEVICE inline BinCurvature profile_plain(const BinProfileInput& in, const BinProfileOutput& out, double nu_tilde) {
+  const BinTerm t = data_term(in.term, nu_tilde, in.n, in.aux);
+  for (index_t p = 0; p < in.P; ++p) {
+    out.g[p] = t.w * out.u1[p];
+    out.delta[p] = 0;
+    out.u2[p] = 0;
+  }
+  return BinCurvature{t.nll, t.d2, 0, 0};
+}
+
+/// Lite mode, additive type: ν̃ = ν + s·β, unit Gaussian constraint.
+FITLIB_HOST_DEVICE inline BinCurvature profile_lite_additive(const BinByBinStatsView& st, index_t i, const BinProfileInput& in,
+                                                             const BinProfileOutput& out) {
+  const DataTerm term = in.term;
+  const double n = in.n, nu = in.nu, var = in.var;
+  const double b0 = st.beta0[static_cast<std::size_t>(i)];
+  const double s = st.sigma[static_cast<std::size_t>(i)];
+  double b = b0;
+  if (!st.fixed[static_cast<std::size_t>(i)]) {
+    if (in.poisson_empty) b = b0 - s;
+    else if (term == DataTerm::poisson) b = larger_root(s, s * s + nu - s * b0, s * (nu - n) - nu * b0);
+    else b = (s * (n - nu) + var * b0) / (var + s * s);
+  }
+  if (out.beta) out.beta[0] = b;
+  const BinTerm t = data_term(term, nu + s * b, n, in.aux);
+  for (index_t p = 0; p < in.P; ++p) {
+    out.g[p] = t.w;
+    out.delta[p] = 0;
+    out.u1[p] = 1;
+    out.u2[p] = 0;
+  }
+  return {t.nll + 0.5 * (b - b0) * (b - b0), t.d2 / (1 + t.d2 * s * s), 0, 0};
+}
+
+/// Lite mode, multiplicative types: one β scales the active cells' yield A; Z is the rest.
+FITLIB_HOST_DEVICE inline BinCurvature profile_lite_multiplicative(const BinByBinStatsView& st, index_t i, const BinProfileInput& in,
+                                                                   const BinProfileOutput& out) {
+  const DataTerm term = in.term;
+  const double n = in.n, var = in.var;
+  const double* m = in.m;
+  const index_t P = in.P;
+  const double k = st.kstat[static_cast<std::size_t>(i)], b0 = st.beta0[static_cast<std::size_t>(i)];
+  const unsigned char* act = st.active + i * P;
+  double A = 0, Z = 0;
+  for (index_t p = 0; p < P; ++p) (act[p] ? A : Z) += m[p];
+  double b = b0;
+  if (!st.fixed[static_cast<std::size_t>(i)]) {
+    const bool gamma = st.type == BinByBinType::gamma;
+    if (in.poisson_empty) b = gamma ? k * b0 / (A + k) : b0 - A / k;
+    else if (term == DataTerm::poisson)
+      b = gamma ? larger_root(A * (A + k), A * (Z - n - k * b0) + k * Z, -k * b0 * Z)
+                : larger_root(k * A, A * A - k * b0 * A + k * Z, A * (Z - n) - k * b0 * Z);
+    else if (gamma) b = larger_root(A * A, k * var + (Z - n) * A, -k * var * b0);
+    else b = ((n - Z) * A / var + k * b0) / (k + A * A / var);
+  }
+  if (out.beta) out.beta[0] = b;
+  for (index_t p = 0; p < P; ++p) out.u1[p] = act[p] ? b : 1.0;
+  if (st.fixed[static_cast<std::size_t>(i)]) return profile_plain(in, out, b * A + Z);
+  const BinTerm t = data_term(term, b * A + Z, n, in.aux);
+  const BetaTerm l = beta_term(st.type, b, k, b0);
+  const double gbb = t.d2 * A * A + l.d2;
+  for (index_t p = 0; p < P; ++p) {
+    out.g[p] = t.w * out.u1[p];
+    out.delta[p] = 0;
+    out.u2[p] = act[p];
+  }
+  return {t.nll + l.value, t.d2 - (t.d2 * A) * (t.d2 * A) / gbb, -t.d2 * A * t.w / gbb, -t.w * t.w / gbb};
+}
+
+/// Full mode, additive type: ν̃ = ν + Σ s_p β_p, so F depends on ν alone.
+FITLIB_HOST_DEVICE inline BinCurvature profile_full_additive(const BinByBinStatsView& st, index_t i, const BinProfileInput& in,
+                                                             const BinProfileOutput& out) {
+  const DataTerm term = in.term;
+  const double n = in.n, aux = in.aux, nu = in.nu, var = in.var;
+  const index_t P = in.P;
   const double* s = st.sigma + i * P;
   const double* b0 = st.beta0 + i * P;
   const unsigned char* fx = st.fixed + i * P;
-  if (!st.multiplicative()) {  // ν̃ = ν + Σ s_p β_p: F depends on ν alone
-    double V = 0, sb0 = 0;
-    for (index_t p = 0; p < P; ++p)
-      if (!fx[p]) {
-        V += s[p] * s[p];
-        sb0 += s[p] * b0[p];
-      }
-    double x;  // the profiled ν̃
-    if (poisson_empty) x = nu + sb0 - V;
-    else if (term == DataTerm::poisson) x = larger_root(1, V - nu - sb0, -n * V);
-    else x = (nu + sb0 + n * V / var) / (1 + V / var);
-    const double d1 = data_slope(term, x, n, aux);
-    double nt = nu, lb = 0;
-    for (index_t p = 0; p < P; ++p) {
-      const double bp = fx[p] ? b0[p] : b0[p] - d1 * s[p];
-      if (beta) beta[p] = bp;
-      nt += s[p] * bp;  // fixed cells: s = 0 under the betamask, or β held by fix_bin_by_bin
-      lb += 0.5 * (bp - b0[p]) * (bp - b0[p]);
+  double V = 0, sb0 = 0;
+  for (index_t p = 0; p < P; ++p)
+    if (!fx[p]) {
+      V += s[p] * s[p];
+      sb0 += s[p] * b0[p];
     }
-    const BinTerm t = data_term(term, nt, n, aux);
-    for (index_t p = 0; p < P; ++p) {
-      g[p] = t.w;
-      delta[p] = 0;
-      u1[p] = 1;
-      u2[p] = 0;
-    }
-    return {t.nll + lb, t.d2 / (1 + t.d2 * V), 0, 0};
+  double x;  // the profiled ν̃
+  if (in.poisson_empty) x = nu + sb0 - V;
+  else if (term == DataTerm::poisson) x = larger_root(1, V - nu - sb0, -n * V);
+  else x = (nu + sb0 + n * V / var) / (1 + V / var);
+  const double d1 = data_slope(term, x, n, aux);
+  double nt = nu, lb = 0;
+  for (index_t p = 0; p < P; ++p) {
+    const double bp = fx[p] ? b0[p] : b0[p] - d1 * s[p];
+    if (out.beta) out.beta[p] = bp;
+    nt += s[p] * bp;  // fixed cells: s = 0 under the betamask, or β held by fix_bin_by_bin
+    lb += 0.5 * (bp - b0[p]) * (bp - b0[p]);
   }
+  const BinTerm t = data_term(term, nt, n, aux);
+  for (index_t p = 0; p < P; ++p) {
+    out.g[p] = t.w;
+    out.delta[p] = 0;
+    out.u1[p] = 1;
+    out.u2[p] = 0;
+  }
+  return {t.nll + lb, t.d2 / (1 + t.d2 * V), 0, 0};
+}
 
-  // Multiplicative full: β_p = argmin given the profiled total (into u1), then the Schur complement.
-  double* b = u1;
+/// Full mode, multiplicative types: β_p = argmin given the profiled total, written to b (P entries).
+FITLIB_HOST_DEVICE inline void full_multiplicative_beta(const BinByBinStatsView& st, index_t i, const BinProfileInput& in, double* b) {
+  const DataTerm term = in.term;
+  const double n = in.n, aux = in.aux, var = in.var;
+  const double* m = in.m;
+  const index_t P = in.P;
+  const double* k = st.kstat + i * P;
+  const double* b0 = st.beta0 + i * P;
+  const unsigned char* fx = st.fixed + i * P;
   if (st.type == BinByBinType::gamma) {
     // With n = 0 the slope is 1 whatever the total, so there is nothing to solve.
-    const double d1 = poisson_empty ? 1.0 : data_slope(term, gamma_full_yield(st, i, term, n, aux, m), n, aux);
+    const double d1 = in.poisson_empty ? 1.0 : data_slope(term, gamma_full_yield(st, i, term, n, aux, m), n, aux);
     for (index_t p = 0; p < P; ++p) b[p] = fx[p] ? b0[p] : k[p] * b0[p] / (k[p] + d1 * m[p]);
   } else {
     double Sk = 0, Bk = 0;
@@ -303,29 +328,62 @@ FITLIB_HOST_DEVICE inline BinCurvature profile_bin(const BinByBinStatsView& st, 
       if (!fx[p]) Sk += m[p] * m[p] / k[p];
     }
     double x;
-    if (poisson_empty) x = Bk - Sk;
+    if (in.poisson_empty) x = Bk - Sk;
     else if (term == DataTerm::poisson) x = larger_root(1, Sk - Bk, -n * Sk);
     else x = (Bk + n * Sk / var) / (1 + Sk / var);
     const double d1 = data_slope(term, x, n, aux);
     for (index_t p = 0; p < P; ++p) b[p] = fx[p] ? b0[p] : b0[p] - d1 * m[p] / k[p];
   }
-  if (beta)
-    for (index_t p = 0; p < P; ++p) beta[p] = b[p];
+}
+
+/// Full mode, multiplicative types: β̂ (into u1), then the Schur complement.
+FITLIB_HOST_DEVICE inline BinCurvature profile_full_multiplicative(const BinByBinStatsView& st, index_t i, const BinProfileInput& in,
+                                                                   const BinProfileOutput& out) {
+  const double* m = in.m;
+  const index_t P = in.P;
+  const double* k = st.kstat + i * P;
+  const double* b0 = st.beta0 + i * P;
+  const unsigned char* fx = st.fixed + i * P;
+  double* b = out.u1;
+  full_multiplicative_beta(st, i, in, b);
+  if (out.beta)
+    for (index_t p = 0; p < P; ++p) out.beta[p] = b[p];
   double nt = 0, lb = 0, gam = 0;
   for (index_t p = 0; p < P; ++p) nt += b[p] * m[p];
-  const BinTerm t = data_term(term, nt, n, aux);
+  const BinTerm t = data_term(in.term, nt, in.n, in.aux);
   for (index_t p = 0; p < P; ++p) {
-    g[p] = t.w * b[p];
-    delta[p] = u2[p] = 0;
+    out.g[p] = t.w * b[p];
+    out.delta[p] = out.u2[p] = 0;
     if (fx[p]) continue;
     const BetaTerm l = beta_term(st.type, b[p], k[p], b0[p]);
     lb += l.value;
-    u2[p] = m[p] / l.d2;
-    delta[p] = -t.w * t.w / l.d2;
-    gam += m[p] * u2[p];
+    out.u2[p] = m[p] / l.d2;
+    out.delta[p] = -t.w * t.w / l.d2;
+    gam += m[p] * out.u2[p];
   }
   const double q = 1 + t.d2 * gam;
   return {t.nll + lb, t.d2 / q, -t.w * t.d2 / q, t.d2 * t.w * t.w / q};
+}
+
+/// Profiles β in data bin `i` (local index in `st`) given its cell yields `m` before β, its count
+/// n and `aux` (1/n for Poisson, 1/σ² for χ²). Writes ∂F/∂m (`g`), the curvature's diag(δ) and
+/// U (`delta`, `u1`, `u2`, P each) and β̂ (`beta`, st.per_bin() entries, or null). Without bin-by-bin
+/// statistics F = D(Σ_p m_p): g = D', U = [1 0], S = diag(D'', 0).
+FITLIB_HOST_DEVICE inline BinCurvature profile_bin(const BinByBinStatsView& st, index_t i, DataTerm term, double n, double aux, const double* m, index_t P,
+                                double* g, double* delta, double* u1, double* u2, double* beta) {
+  double nu = 0;
+  for (index_t p = 0; p < P; ++p) nu += m[p];
+  const bool poisson_empty = term == DataTerm::poisson && n == 0;  // D = ν: no barrier, D' = 1
+  const double var = term == DataTerm::chisq ? 1 / aux : 0;
+  const BinProfileInput in{term, n, aux, m, P, nu, poisson_empty, var};
+  const BinProfileOutput out{g, delta, u1, u2, beta};
+  if (!st.enabled) {
+    for (index_t p = 0; p < P; ++p) u1[p] = 1.0;
+    return profile_plain(in, out, nu);
+  }
+  if (st.mode == BinByBinMode::lite) return st.multiplicative() ? profile_lite_multiplicative(st, i, in, out) : profile_lite_additive(st, i, in, out);
+  // Full mode: one β per cell.
+  return st.multiplicative() ? profile_full_multiplicative(st, i, in, out) : profile_full_additive(st, i, in, out);
 }
 
 /// The variance that bin `i`'s β₀ give through β̂ when the cell yields move by dm (per process):
