@@ -41,21 +41,22 @@ int main() {
   // lite with gamma constraints, on by default as in rabbit) add to the uncertainties.
   fitlib::LikelihoodOptions exact;
   exact.bin_by_bin.enabled = false;
-  fitlib::SerialLikelihood nll_exact(nll.model(), {}, exact);
+  fitlib::SerialLikelihood nll_exact(nll.model_ptr(), {}, exact);  // shares the tensor
   const fitlib::FitResult r_exact = fitlib::fit(nll_exact, minimizer);
 
   std::printf("\n%-14s %10s %22s %8s %12s\n", "parameter", "prefit", "postfit", "pull", "σ w/o BB");
   for (std::size_t i = 0; i < r.x.size(); ++i) {
-    const bool poi = static_cast<index_t>(i) < m.npoi();
+    const auto q = static_cast<index_t>(i);
+    const bool poi = q < m.npoi();
     // POIs are stored as √μ (rabbit's default); show μ with its propagated uncertainty.
-    const double value = poi ? r.x[i] * r.x[i] : r.x[i], sigma = poi ? 2 * std::abs(r.x[i]) * r.uncertainties[i] : r.uncertainties[i];
-    const double prefit = poi ? r.x0[i] * r.x0[i] : r.x0[i];
+    const fitlib::SignalStrength mu = poi ? fitlib::signal_strength(r, q, nll.options()) : fitlib::SignalStrength{};
+    const double value = poi ? mu.value : r.x[i], sigma = poi ? mu.uncertainty : r.uncertainties[i], prefit = poi ? mu.prefit : r.x0[i];
     char pull[16] = "";
     if (!poi) {
       const double w = m.constraint_weights[i - static_cast<std::size_t>(m.npoi())];
       if (w > 0) std::snprintf(pull, sizeof pull, "%+.3f", (r.x[i] - r.x0[i]) * std::sqrt(w));
     }
-    const double sigma_exact = poi ? 2 * std::abs(r_exact.x[i]) * r_exact.uncertainties[i] : r_exact.uncertainties[i];
+    const double sigma_exact = poi ? fitlib::signal_strength(r_exact, q, exact).uncertainty : r_exact.uncertainties[i];
     std::printf("%-14s %10.4f %12.4f ± %-7.4f %8s %12.4f\n", (poi ? "mu_" + r.names[i] : r.names[i]).c_str(), prefit, value, sigma, pull,
                 sigma_exact);
   }

@@ -33,6 +33,7 @@
 #include "fitlib/postfit/gof.hpp"
 #include "fitlib/postfit/impacts.hpp"
 #include "fitlib/postfit/scan.hpp"
+#include "fitlib/postfit/signal_strength.hpp"
 #include "fitlib/replica/random.hpp"
 #include "fitlib/replica/pseudo_data.hpp"
 #include "fitlib/replica/replica_batch.hpp"

@@ -317,3 +317,27 @@ TEST_CASE("postfit: reduced NLL plus the constant is the full NLL", "[postfit]")
   }
   CHECK(nll.value(x) + nll_constant(m, lo, m.data) == Approx(full).epsilon(1e-13));
 }
+
+TEST_CASE("postfit: a squared POI's μ = x² and 2|x|σ equal the fit of μ itself", "[postfit]") {
+  test::RandomModelSpec sp;
+  sp.template_stats = true;
+  sp.seed = 21;
+  const Model m = test::random_model(sp);
+  LikelihoodOptions linear;
+  linear.allow_negative_poi = true;
+  SerialLikelihood squared_nll(m), linear_nll(std::make_shared<const Model>(m), {}, linear);
+  const TrustRegion<Exact> minimizer;
+  const FitResult sq = fit(squared_nll, minimizer), lin = fit(linear_nll, minimizer);
+  REQUIRE(sq.converged());
+  REQUIRE(lin.converged());
+  const SignalStrength a = signal_strength(sq, 0, squared_nll.options()), b = signal_strength(lin, 0, linear_nll.options());
+  CHECK(a.value == sq.x[0] * sq.x[0]);
+  CHECK(a.prefit == sq.x0[0] * sq.x0[0]);
+  CHECK(b.value == lin.x[0]);
+  CHECK(b.uncertainty == lin.uncertainties[0]);
+  // At the minimum the gradient vanishes, so the Hessian (and the covariance) transforms with the
+  // Jacobian dμ/dx = 2x alone: the propagated σ is the μ fit's, not an approximation of it.
+  CHECK(a.value == Approx(b.value).epsilon(1e-7));
+  CHECK(a.uncertainty == Approx(b.uncertainty).epsilon(1e-6));
+  CHECK_THROWS_WITH(signal_strength(sq, static_cast<index_t>(sq.x.size()), squared_nll.options()), Catch::Contains("not a parameter"));
+}

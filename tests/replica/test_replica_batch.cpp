@@ -348,3 +348,41 @@ TEST_CASE("replica batch: any objective, here Rosenbrock from many starts, bitwi
     CHECK(same_bits(e.replicas[r].covariance, se.covariance));
   }
 }
+
+TEST_CASE("replica batch: statistics of batches run one after another add up as one batch's", "[replica][batch]") {
+  BatchStatistics a, b;
+  a.replicas = 64, a.width = 64, a.evaluations = 100, a.columns = 5000, a.active_fraction = 0.9, a.rounds = 40, a.seconds = 2;
+  b.replicas = 36, b.width = 64, b.evaluations = 80, b.columns = 2000, b.active_fraction = 0.5, b.rounds = 60, b.seconds = 1;
+  BatchStatistics all;
+  all += a;
+  all += b;
+  CHECK(all.replicas == 100);
+  CHECK(all.width == 64);
+  CHECK(all.evaluations == 180);
+  CHECK(all.columns == 7000);
+  CHECK(all.rounds == 100);
+  CHECK(all.seconds == 3);
+  CHECK(all.active_fraction == Approx((0.9 * 40 + 0.5 * 60) / 100).epsilon(1e-15));
+  BatchStatistics none;
+  none += BatchStatistics{};
+  CHECK(none.active_fraction == 0);  // no rounds: nothing to average, and no NaN
+}
+
+TEST_CASE("early stopping: keeps the best point, stops after patience, restarts patience", "[replica][training]") {
+  // The validation loss of a point is its first coordinate.
+  EarlyStopping stop(true, 3, 0.1, [](const std::vector<double>& x) { return x[0]; }, {5.0});
+  CHECK(stop.best_loss() == 5.0);
+  CHECK_FALSE(stop.after_step({4.0}, true, 1));  // better by more than 0.1: kept
+  CHECK(stop.best() == std::vector<double>{4.0});
+  CHECK(stop.best_iteration() == 1);
+  CHECK_FALSE(stop.after_step({3.95}, true, 2));  // better by less than min_improvement: not kept
+  CHECK_FALSE(stop.after_step({1.0}, false, 3));  // a rejected step is not evaluated
+  stop.restart_patience();
+  CHECK_FALSE(stop.after_step({4.5}, true, 4));
+  CHECK_FALSE(stop.after_step({4.5}, true, 5));
+  CHECK(stop.after_step({4.5}, true, 6));  // three iterations without a kept point
+  CHECK(stop.best() == std::vector<double>{4.0});
+  CHECK(stop.best_iteration() == 1);
+  EarlyStopping off(false, 1, 0, [](const std::vector<double>&) -> double { throw std::logic_error("never evaluated"); }, {1.0});
+  CHECK_FALSE(off.after_step({0.0}, true, 1));
+}

@@ -142,6 +142,9 @@ class Likelihood {
   index_t size() const { return nparams_; }
   const std::vector<std::string>& parameter_names() const { return names_; }
   const Model& model() const { return *model_; }
+  /// The shared model, for another likelihood over the same tensor (other options, another
+  /// policy) without copying it.
+  const std::shared_ptr<const Model>& model_ptr() const { return model_; }
   const LikelihoodOptions& options() const { return opts_; }
   /// Shards of this process (all of them unless the policy spans processes).
   index_t nshards() const { return static_cast<index_t>(shards_.size()); }

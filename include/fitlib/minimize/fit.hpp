@@ -104,19 +104,10 @@ struct FitResult {
   }
 };
 
-namespace detail {
-template <class F>
-std::vector<std::string> parameter_names_of(const F& f) {
-  if constexpr (requires { f.parameter_names(); }) {
-    const auto& names = f.parameter_names();
-    return {names.begin(), names.end()};
-  } else {
-    std::vector<std::string> names;
-    for (index_t i = 0; i < static_cast<index_t>(f.size()); ++i) names.push_back("x" + std::to_string(i));
-    return names;
-  }
-}
-
+/// Which of `names` FitOptions::frozen holds fixed: each pattern is a parameter's name or else a
+/// regular expression matched against whole names (ECMAScript); a pattern that is neither, or that
+/// matches nothing, is a usage_error naming it. A program checks its users' patterns with this
+/// before any fit runs.
 inline std::vector<bool> frozen_mask(const std::vector<std::string>& names, const std::vector<std::string>& patterns) {
   std::vector<bool> frozen(names.size(), false);
   for (const auto& pattern : patterns) {
@@ -138,6 +129,20 @@ inline std::vector<bool> frozen_mask(const std::vector<std::string>& names, cons
   }
   return frozen;
 }
+
+namespace detail {
+template <class F>
+std::vector<std::string> parameter_names_of(const F& f) {
+  if constexpr (requires { f.parameter_names(); }) {
+    const auto& names = f.parameter_names();
+    return {names.begin(), names.end()};
+  } else {
+    std::vector<std::string> names;
+    for (index_t i = 0; i < static_cast<index_t>(f.size()); ++i) names.push_back("x" + std::to_string(i));
+    return names;
+  }
+}
+
 
 /// Dense Hessian of f at one point into H (`[n × n]`), with f and g; counted.
 template <objective F>
@@ -258,7 +263,7 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   }
   if (static_cast<index_t>(r.x0.size()) != n)
     throw usage_error("FitOptions::x0 has " + std::to_string(r.x0.size()) + " entries; the objective has " + std::to_string(n) + " parameters");
-  r.frozen = detail::frozen_mask(r.names, options.frozen);
+  r.frozen = frozen_mask(r.names, options.frozen);
   std::vector<index_t> free;
   for (index_t i = 0; i < n; ++i)
     if (!r.frozen[static_cast<std::size_t>(i)]) free.push_back(i);

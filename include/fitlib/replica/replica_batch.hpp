@@ -53,6 +53,20 @@ struct BatchStatistics {
   double active_fraction = 0;
   index_t rounds = 0;  ///< scheduling rounds (each ends with one pooled evaluation per kind of request)
   double seconds = 0;
+
+  /// The statistics of two batches run one after the other as one (toys fitted in chunks): counts
+  /// and times add, the width is the wider one's, the active fraction is averaged over all rounds.
+  BatchStatistics& operator+=(const BatchStatistics& b) {
+    const index_t all = rounds + b.rounds;
+    active_fraction = all > 0 ? (active_fraction * static_cast<double>(rounds) + b.active_fraction * static_cast<double>(b.rounds)) / static_cast<double>(all) : 0.0;
+    replicas += b.replicas;
+    width = std::max(width, b.width);
+    evaluations += b.evaluations;
+    columns += b.columns;
+    rounds = all;
+    seconds += b.seconds;
+    return *this;
+  }
 };
 
 /// Mean and standard deviation of one quantity over a set of replicas.

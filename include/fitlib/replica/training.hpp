@@ -14,6 +14,7 @@
 #include "fitlib/likelihood/likelihood.hpp"
 #include "fitlib/likelihood/replica_inputs.hpp"
 #include "fitlib/minimize/fit.hpp"
+#include "fitlib/replica/early_stopping.hpp"
 #include "fitlib/replica/positivity.hpp"
 #include "fitlib/replica/random.hpp"
 #include "fitlib/replica/replica_batch.hpp"
@@ -136,9 +137,8 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
     minimizer.init(fr, s, x0);
     ReplicaFit& res = out.replicas[static_cast<std::size_t>(r)];
     res.x0 = x0;
-    std::vector<double> best = x0;
-    double best_val = opts.validation_fraction > 0 ? validation_nll(x0) : std::numeric_limits<double>::infinity();
-    index_t iteration = 0, since_best = 0;
+    EarlyStopping stopping(opts.validation_fraction > 0, opts.patience, opts.min_improvement, validation_nll, x0);
+    index_t iteration = 0;
     double lambda = opts.positivity_initial;
     EvaluationCounts counts;  // of the minimiser runs before the last restart
     FitStatus status = s.status;
@@ -147,21 +147,9 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
       if (status == FitStatus::running) {
         status = minimizer.step(fr, s);
         ++iteration;
-        if (opts.validation_fraction > 0) {
-          ++since_best;
-          if (s.last.accepted) {
-            const double v = validation_nll(s.x);
-            if (v < best_val - opts.min_improvement) {
-              best_val = v;
-              best = s.x;
-              res.best_iteration = iteration;
-              since_best = 0;
-            }
-          }
-          if (status == FitStatus::running && since_best >= opts.patience) {
-            status = FitStatus::converged_callback;
-            stopped_early = true;
-          }
+        if (stopping.after_step(s.x, s.last.accepted, iteration) && status == FitStatus::running) {
+          status = FitStatus::converged_callback;
+          stopped_early = true;
         }
       }
       // The multiplier grows on its schedule, and whenever the minimiser has converged before it
@@ -181,15 +169,12 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
       minimizer.init(fr, s, x);
       s.radius = radius;
       status = s.status;
-      since_best = 0;  // the validation record of the old objective still stands; patience restarts
-    }
-    if (opts.validation_fraction == 0) {
-      best = s.x;
-      res.best_iteration = iteration;
+      stopping.restart_patience();
     }
     res.status = status;
     res.iterations = iteration;
-    res.x = best;
+    res.x = stopping.enabled() ? stopping.best() : s.x;
+    res.best_iteration = stopping.enabled() ? stopping.best_iteration() : iteration;
     res.names = detail::parameter_names_of(fr);
     res.frozen.assign(static_cast<std::size_t>(n), false);
     std::vector<index_t> free(static_cast<std::size_t>(n));

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+// fitlib-fit's command line: its options, their checks, and the library options they set.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fitlib/fit.hpp"
+
+namespace fitlib::cli {
+
+/// Everything the command line sets.
+struct Args {
+  std::string input, output = "fitresults.hdf5";
+  std::string plugin_path;  ///< --hdf5PluginPath
+  bool json = false, quiet = false;
+  std::vector<int> toys = {-1};
+  std::string seed_text = "123456789";  ///< as given; `seed` once checked
+  std::uint64_t seed = 123456789;
+  std::string toys_syst = "frequentist", toys_data = "poisson", toys_data_mode = "expected";
+  int replica_batch = 0;
+  std::vector<std::string> pseudodata;
+  bool use_pseudodata = false;
+  std::string method = "trust-krylov", preconditioning = "none";
+  double gtol = 0, edm_tol = 1e-12;
+  index_t maxiter = 0;
+  bool no_bbb = false;
+  std::string bbb_type = "automatic", bbb_mode = "lite", bbb_zero_variance = "exclude";
+  double min_kstat = 0;
+  bool chisq = false, covariance = false, allow_negative_poi = false, allow_negative_expectation = false;
+  std::string systematic_type;  ///< empty: the tensor's meta says (log_normal without one)
+  std::vector<std::pair<std::string, double>> expect_signal, constraint_minimum;
+  std::vector<std::string> freeze;
+  bool impacts = false, global_impacts = false, no_hessian = false;
+  std::vector<std::string> scan;
+  bool do_scan = false;
+  index_t scan_points = 15;
+  double scan_range = 3;
+  std::vector<std::string> unblind;
+  bool unblind_all = false;
+  int threads = 1;
+  index_t rank = 0, ranks = 1;  ///< this process's MPI rank and the number of ranks (1 without mpirun)
+};
+
+/// Parses the command line into `a`; an exit status when the program ends here (--help: 0, a
+/// malformed command line: 2, the message said).
+std::optional<int> parse_command_line(int argc, char** argv, Args& a);
+/// The checks that need no file (option combinations, the seed, the output paths), before anything is
+/// read, so that no run's work is lost to a bad option; throws usage_error naming the option.
+void check_arguments(Args& a);
+
+LikelihoodOptions likelihood_options(const Args& a);
+ToyOptions toy_options(const Args& a);
+/// The options of every fit of the run; toys fitted in batches use them too, so that a batched toy
+/// is the same fit as a toy fitted alone.
+FitOptions fit_options(const Args& a);
+ScanOptions scan_options(const Args& a);
+TrustRegionOptions minimizer_options(const Args& a);
+/// The options as the results file records them.
+nlohmann::json options_json(const Args& a);
+/// The JSON summary beside the results file (--json).
+std::string json_path(const Args& a);
+
+/// Applies --expectSignal and --setConstraintMinimum to the model, naming unknown parameters.
+void adjust_model(Model& m, const Args& a);
+void find_filter_plugins(const std::string& option, index_t ranks);
+/// A library message with the library's option fields replaced by the flags that set them here, so that a
+/// user reads what to type.
+std::string in_command_line_terms(std::string message);
+
+}  // namespace fitlib::cli

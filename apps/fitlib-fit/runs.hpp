@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: MIT
+// fitlib-fit's runs: the fits the options ask for (Asimov, data, pseudodata, toys) and their postfit,
+// on the likelihood the options call for. Instantiated once per template storage (runs_dense.cpp,
+// runs_sparse.cpp), so that the program's two heaviest halves compile in parallel.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "blinding.hpp"
+#include "command_line.hpp"
+#include "fitlib/fit.hpp"
+#include "fitlib/io/rabbit.hpp"
+#include "fitlib/io/results.hpp"
+#include "report.hpp"
+#ifdef FITLIB_FIT_MPI  // built with MPI: `mpirun -n K fitlib-fit …` splits the bins over K ranks
+#include "fitlib/device/mpi.hpp"
+#endif
+
+namespace fitlib::cli {
+
+/// Progress of a long stage on stderr (also with -q, which silences per-iteration lines only): nothing for
+/// a stage done within a second, then a line at most every 5 s with done/total, the time taken and the time
+/// left, and a last line when a stage that spoke ends.
+class StageProgress {
+ public:
+  using clock = std::chrono::steady_clock;
+  /// `silent`: count without printing (MPI ranks other than 0).
+  StageProgress(std::string what, index_t total, bool silent = false) : what_(std::move(what)), total_(total), silent_(silent) {}
+  StageProgress(const StageProgress&) = delete;
+  StageProgress& operator=(const StageProgress&) = delete;
+  ~StageProgress() {
+    if (spoke_) print("done in");
+  }
+  void advance(index_t n = 1) {
+    done_ += n;
+    const auto now = clock::now();
+    if (!silent_ && now - start_ >= std::chrono::seconds(1) && (!spoke_ || now - last_ >= std::chrono::seconds(5))) {
+      last_ = now;
+      spoke_ = true;
+      if (done_ < total_) print("running for");
+    }
+  }
+
+ private:
+  void print(const char* how) const {
+    const double t = std::chrono::duration<double>(clock::now() - start_).count();
+    std::fprintf(stderr, "fitlib-fit: %s: %td/%td %s %.1f s", what_.c_str(), done_, total_, how, t);
+    if (done_ > 0 && done_ < total_) std::fprintf(stderr, ", about %.0f s left", t / static_cast<double>(done_) * static_cast<double>(total_ - done_));
+    std::fprintf(stderr, "\n");
+  }
+  std::string what_;
+  index_t total_, done_ = 0;
+  clock::time_point start_ = clock::now(), last_ = start_;
+  bool silent_, spoke_ = false;
+};
+
+/// Every fit of a run, and the summary of its toys if it has any.
+struct Fits {
+  std::vector<io::FitRecord> records;
+  std::optional<io::ToySummary> toys;
+};
+
+/// This process's shards when the bins are split (--threads, mpirun): its --threads consecutive
+/// parts of io::rabbit_partition over every thread of every rank, worked out by rank 0 alone (it
+/// streams a sparse tensor's indices) and broadcast; empty for one shard.
+std::vector<BinRange> own_shards(const Args& a);
+/// The tensor; with shards, everything but the systematic tensor, which each shard reads for its
+/// own bins on its own thread, so the process holds one bin's rows beside them. Rank 0 alone
+/// streams the file for its SHA-256.
+io::RabbitTensor read_input(const Args& a, io::RabbitReadOptions ro, const std::vector<BinRange>& shards);
+/// The record of a fit that threw instead of returning a status: status aborted, the message in `error`.
+io::FitRecord failed_fit(const std::string& name, const std::string& error);
+/// Toys minimised together for `--replicaBatch` (0 = automatic) and `toys` toys; never wider than
+/// the toys, which would only leave places empty.
+index_t replica_width(const Args& a, int toys);
+
+/// What the options ask for after the fit in `rec` (full NLL, GoF, β̂, impacts, scans), with the
+/// likelihood holding that fit's data (`counts`, `variances`) and constraint centres. Expects
+/// rec.minimize_seconds set; sets the other timings.
+template <class Lik, class Sub>
+void postfit(io::FitRecord& rec, Lik& lik, const TrustRegion<Sub>& tr, const Args& a, std::span<const double> counts,
+             std::span<const double> variances = {}) {
+  const auto t1 = std::chrono::steady_clock::now();
+  FitResult& r = rec.result;
+  rec.nll_full = r.nll + nll_constant(lik.model(), lik.options(), counts, variances);
+  rec.gof = saturated_gof(lik.model(), r);
+  rec.bin_by_bin_per_bin = lik.bin_by_bin_per_bin();
+  if (rec.bin_by_bin_per_bin > 0) rec.bin_by_bin = lik.bin_by_bin_parameters(r.x);
+  std::vector<std::string> params;
+  if (a.do_scan) {
+    params = a.scan;
+    if (params.empty())
+      for (index_t t : impact_targets(lik.model()))
+        if (!r.frozen[static_cast<std::size_t>(t)]) params.push_back(r.names[static_cast<std::size_t>(t)]);
+  }
+  // Toys report their progress as a whole (run_toys), not each toy's postfit.
+  std::optional<StageProgress> progress;
+  if (!is_toy(rec))
+    progress.emplace("postfit of '" + rec.name + "' (impacts, scans)", index_t{a.impacts} + index_t{a.global_impacts} + static_cast<index_t>(params.size()),
+                     a.rank > 0);
+  auto advance = [&] {
+    if (progress) progress->advance();
+  };
+  if (a.impacts) rec.impacts = traditional_impacts(lik, r), advance();
+  if (a.global_impacts) rec.global_impacts = global_impacts(lik, r), advance();
+  for (const auto& p : params) {
+    // A scan needs a finite σ to set its range; without one (a failed covariance) the fit's results
+    // are still written, without that scan.
+    const double sigma = r.uncertainties[static_cast<std::size_t>(r.index(p))];
+    if (r.frozen[static_cast<std::size_t>(r.index(p))] || !(sigma > 0) || !std::isfinite(sigma))
+      std::fprintf(stderr, "fitlib-fit: warning: fit '%s': no scan of '%s' (frozen, or its uncertainty is %g)\n", rec.name.c_str(), p.c_str(), sigma);
+    else
+      rec.scans.push_back(profile_scan(lik, tr, r, p, scan_options(a)));
+    advance();
+  }
+  rec.postfit_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  rec.total_seconds = rec.minimize_seconds + rec.postfit_seconds;
+}
+
+/// Where a fit that could not start is not finite (bin, process, systematic, cause), on stderr. Every rank
+/// calls it (it evaluates the likelihood); rank 0 speaks.
+template <class Lik>
+void explain_start(Lik& lik, const io::FitRecord& rec, const Args& a) {
+  if (rec.result.status != FitStatus::not_finite && rec.result.status != FitStatus::not_finite_gradient) return;
+  const std::string why = lik.explain_non_finite(rec.result.x0);
+  if (a.rank == 0 && !why.empty()) std::fprintf(stderr, "fitlib-fit: fit '%s' cannot start: %s\n", rec.name.c_str(), why.c_str());
+}
+
+/// One fit to the likelihood's current data, then its postfit.
+template <class Lik, class Sub>
+io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const std::string& name, std::span<const double> counts,
+                      std::span<const double> variances = {}) {
+  const auto t0 = std::chrono::steady_clock::now();
+  io::FitRecord rec;
+  rec.name = name;
+  const FitOptions fo = fit_options(a);
+  ProgressPrinter progress(stderr, 1);
+  if (a.quiet || is_toy(rec)) rec.result = fit(lik, tr, fo);  // toys: one progress line for all (run_toys)
+  else {
+    std::fprintf(stderr, "fitlib-fit: fit '%s'\n", name.c_str());
+    rec.result = fit(lik, tr, fo, progress);
+  }
+  rec.minimize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  explain_start(lik, rec, a);
+  postfit(rec, lik, tr, a, counts, variances);
+  return rec;
+}
+
+/// Toys 1..n as rabbit makes them (§5.5), fitted and postfitted into `out` as "toy<i>". With a
+/// width above 1 the toys are minimised as batches of replicas pooling their evaluations (each toy
+/// still the fit it is alone), in chunks of a few batches so that only a chunk's toys are held;
+/// then each toy's postfit runs on its own, as in the sequential path.
+template <class Lik, class Sub>
+io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int n, std::vector<io::FitRecord>& out) {
+  const Model& m = lik.model();
+  const ToyOptions to = toy_options(a);
+  const std::vector<double> x_default = lik.default_parameters();
+  const std::vector<index_t> targets = impact_targets(m);
+  std::vector<double> truth;
+  // The generating point: the default parameters, with the nuisances a Bayesian toy moved (a
+  // frequentist toy moves the centres θ₀ instead, so its nuisances' truth stays the model's θ₀).
+  auto generate = [&](int i) {
+    Toy toy = generate_toy(lik, a.seed, static_cast<std::uint64_t>(i), to);
+    const std::vector<double> x = toy.constraints.toy_parameters(x_default);
+    for (index_t t : targets) truth.push_back(x[static_cast<std::size_t>(t)]);
+    return toy;
+  };
+  const std::size_t first = out.size();
+  const index_t width = replica_width(a, n);
+  double seconds = 0;
+  std::optional<BatchStatistics> pooled;  // the batches' statistics, added (width > 1)
+  StageProgress progress(std::to_string(n) + (width == 1 ? " toys fitted" : " toys minimised"), n, a.rank > 0);
+  if (width == 1) {
+    for (int i = 1; i <= n; ++i) {
+      const Toy toy = generate(i);
+      lik.set_data(toy.data);
+      lik.set_constraint_centres(toy.constraints.theta0);
+      const std::string name = "toy" + std::to_string(i);
+      try {
+        out.push_back(fit_one(lik, tr, a, name, toy.data));
+      } catch (const fitlib::error& e) {  // kept as what it is, with every other toy
+        out.push_back(failed_fit(name, e.what()));
+        if (a.rank == 0) std::fprintf(stderr, "fitlib-fit: warning: fit '%s' failed: %s\n", name.c_str(), e.what());
+      }
+      lik.set_constraint_centres(m.theta0);
+      seconds += out.back().minimize_seconds;
+      progress.advance();
+    }
+  } else {
+    const ReplicaBatch<> batch(width);
+    const int chunk = static_cast<int>(8 * width);
+    pooled.emplace();
+    for (int begin = 1; begin <= n; begin += chunk) {
+      const int end = std::min(n, begin + chunk - 1);
+      std::vector<ReplicaInputs> inputs;
+      for (int i = begin; i <= end; ++i) {
+        Toy toy = generate(i);
+        ReplicaInputs& in = inputs.emplace_back();
+        in.data = std::move(toy.data);
+        in.constraint_centres = std::move(toy.constraints.theta0);
+      }
+      lik.set_replicas(inputs);
+      const std::vector<FitOptions> options(inputs.size(), fit_options(a));
+      BatchResult b = batch.fit(lik, tr, std::span<const FitOptions>(options));
+      lik.set_replicas({});
+      progress.advance(static_cast<index_t>(inputs.size()));
+      *pooled += b.statistics;
+      seconds += b.statistics.seconds;
+      for (std::size_t k = 0; k < inputs.size(); ++k) {
+        const std::string name = "toy" + std::to_string(begin + static_cast<int>(k));
+        io::FitRecord rec;
+        rec.name = name;
+        rec.error = std::move(b.replicas[k].error);
+        rec.result = std::move(static_cast<FitResult&>(b.replicas[k]));
+        // The batch's time shared evenly: the toys were minimised together, not one by one.
+        rec.minimize_seconds = b.statistics.seconds / static_cast<double>(inputs.size());
+        // A toy whose fit or postfit threw is kept as what it is (its error), with every other toy.
+        if (rec.error.empty()) {
+          lik.set_data(inputs[k].data);
+          lik.set_constraint_centres(inputs[k].constraint_centres);
+          try {
+            explain_start(lik, rec, a);
+            postfit(rec, lik, tr, a, inputs[k].data);
+          } catch (const fitlib::error& e) {
+            rec.error = std::string("postfit: ") + e.what();
+          }
+          lik.set_constraint_centres(m.theta0);
+        }
+        if (!rec.error.empty() && a.rank == 0) std::fprintf(stderr, "fitlib-fit: warning: fit '%s' failed: %s\n", name.c_str(), rec.error.c_str());
+        out.push_back(std::move(rec));
+      }
+    }
+  }
+  // The summary: spreads of the fitted values and pulls over the converged toys.
+  BatchResult all;
+  for (std::size_t t = first; t < out.size(); ++t) static_cast<FitResult&>(all.replicas.emplace_back()) = out[t].result;
+  io::ToySummary s;
+  s.toys = n;
+  s.converged = all.converged();
+  const std::vector<std::string>& names = lik.parameter_names();
+  for (std::size_t k = 0; k < targets.size(); ++k) {
+    std::vector<double> truth_k;
+    for (std::size_t t = 0; t < all.replicas.size(); ++t) truth_k.push_back(truth[t * targets.size() + k]);
+    s.targets.push_back({names[static_cast<std::size_t>(targets[k])], all.parameter(targets[k]), all.pulls(targets[k], truth_k)});
+  }
+  s.width = width;
+  s.seconds = seconds;
+  s.batch = pooled;
+  return s;
+}
+
+/// Asimov, data, pseudodata and toys, in rabbit's order (§4.1, §5.5).
+template <class Lik, class Sub>
+Fits run_fits(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const io::RabbitTensor& in) {
+  const Model& m = lik.model();
+  Fits fits;
+  std::vector<io::FitRecord>& out = fits.records;
+  const Blinding blinding = make_blinding(m, lik.parameter_names(), a);
+  const std::vector<double> observed = m.data;
+  const std::vector<double> variances = m.data_variance;
+  // The Asimov data are checked before any fit runs.
+  std::vector<double> asimov_data;
+  if (std::find(a.toys.begin(), a.toys.end(), -1) != a.toys.end()) {
+    asimov_data = asimov(lik, lik.default_parameters());
+    for (index_t b = 0; b < m.nbins(); ++b)
+      if (const double nu = asimov_data[static_cast<std::size_t>(b)]; !(nu >= 0))
+        throw usage_error("the Asimov data (-t -1, the expectation at the default parameters) of " + m.describe_bin(b) + " is " +
+                          std::to_string(nu) + "; a bin's total expectation must be ≥ 0 to be fitted as data (--allowNegativeExpectation "
+                          "allows negative yields of single processes only)");
+  }
+  for (int t : a.toys) {
+    if (t == -1) {
+      lik.set_data(asimov_data);
+      out.push_back(fit_one(lik, tr, a, "asimov", asimov_data));
+    } else if (t == 0 && a.use_pseudodata) {
+      const std::size_t npd = in.pseudodata_names.size(), nb = static_cast<std::size_t>(m.nbins());
+      for (std::size_t c = 0; c < npd; ++c) {
+        const std::string& pd = in.pseudodata_names[c];
+        if (!a.pseudodata.empty() && std::find(a.pseudodata.begin(), a.pseudodata.end(), pd) == a.pseudodata.end()) continue;
+        std::vector<double> counts(nb);
+        for (std::size_t b = 0; b < nb; ++b) counts[b] = in.pseudodata[b * npd + c];
+        lik.set_data(counts);
+        out.push_back(fit_one(lik, tr, a, "pseudodata_" + pd, counts));
+      }
+    } else if (t == 0) {
+      lik.set_data(observed, variances);
+      out.push_back(fit_one(lik, tr, a, "data", observed, variances));
+      blind(out.back(), blinding);
+    } else {
+      fits.toys = run_toys(lik, tr, a, t, out);
+    }
+  }
+  lik.set_data(observed, variances);
+  return fits;
+}
+
+/// run_fits with the minimizer --minimizerMethod names.
+template <class Lik>
+Fits run_with_method(Lik& lik, const Args& a, const io::RabbitTensor& in) {
+  const TrustRegionOptions o = minimizer_options(a);
+  if (a.method == "trust-exact") return run_fits(lik, TrustRegion<Exact>(o), a, in);
+  if (a.method == "trust-ncg") return run_fits(lik, TrustRegion<SteihaugCG>(o), a, in);
+  return run_fits(lik, TrustRegion<Gltr>(o), a, in);
+}
+
+
+/// Every fit the options ask for, on a likelihood of `Storage` templates: the bins split over
+/// --threads shards evaluated concurrently and added in shard order (one thread: the serial
+/// evaluation), under MPI over the ranks first; each shard reads its own templates (`ro` for
+/// `shards`) on its own thread. Checks the scanned and frozen names before any fit runs.
+template <class Storage>
+Fits run_all(const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards, io::RabbitReadOptions ro,
+             const LikelihoodOptions& lo, const io::RabbitTensor& in) {
+  std::mutex hdf5;  // HDF5's serial build reads on one thread at a time
+  const auto part = [&](BinRange bins) {
+    const std::lock_guard lock(hdf5);
+    ro.bins = bins;
+    Model m = io::read_rabbit(io::hdf5::File::open(a.input), ro).model;
+    adjust_model(m, a);
+    return std::make_shared<const Model>(std::move(m));
+  };
+  const auto run = [&](const auto& policy) {
+    using Policy = std::decay_t<decltype(policy)>;
+    Likelihood<Shard<Policy, Storage>> lik(model, shards, shards.empty() ? nullptr : typename Likelihood<Shard<Policy, Storage>>::TemplateSource(part),
+                                           policy, lo);
+    // Names are checked before any fit runs, so a typo never costs a fit.
+    for (const auto& p : a.scan) (void)lik.parameter_index(p);
+    (void)frozen_mask(lik.parameter_names(), a.freeze);
+    return run_with_method(lik, a, in);
+  };
+#ifdef FITLIB_FIT_MPI
+  if (a.ranks > 1) return run(mpi::Ranks<cpu::Threads>{cpu::Threads{a.threads}});
+#endif
+  return run(cpu::Threads{a.threads});
+}
+
+extern template Fits run_all<storage::Dense>(const Args&, std::shared_ptr<const Model>, const std::vector<BinRange>&, io::RabbitReadOptions,
+                                             const LikelihoodOptions&, const io::RabbitTensor&);
+extern template Fits run_all<storage::Sparse>(const Args&, std::shared_ptr<const Model>, const std::vector<BinRange>&, io::RabbitReadOptions,
+                                              const LikelihoodOptions&, const io::RabbitTensor&);
+
+}  // namespace fitlib::cli
