@@ -371,7 +371,14 @@ class ReplicaBatchPool {
 /// `Likelihood::set_replicas`, replica r ↔ inputs r. An objective without per-replica inputs serves
 /// replicas that differ only in their fit options (start, frozen parameters).
 ///
-/// `N`: the batch width at compile time, or `dynamic` to give it to the constructor.
+/// `N`: the batch width at compile time, or `dynamic` to give it to the constructor. It sets the
+/// width only, on purpose: making it the column block in which the kernels run the per-bin algebra
+/// across N columns in SIMD lanes would tie a column's arithmetic to its block, and "a column is
+/// computed as it is alone" (detail/lanes.hpp) is what makes a batched replica bitwise its
+/// sequential fit and the host shard's forward cache exact. The kernels vectorise along the
+/// template rows instead (the reduction), where a pass spends its time streaming the templates; a
+/// block of columns would raise only the batch's compute-bound small-model case
+/// (docs/benchmarks.md: in-cache models gain 1.07 from batching), at the price of that contract.
 template <index_t N = dynamic>
 class ReplicaBatch {
  public:
