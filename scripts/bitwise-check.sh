@@ -6,6 +6,7 @@
 #   scripts/bitwise-check.sh [BASE]      # BASE defaults to HEAD
 # Exits non-zero when any hash differs, listing the configurations. Needs what `make test` installs.
 set -euo pipefail
+export LC_ALL=C  # sort and join agree on the order
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BASE=${1:-HEAD}
@@ -18,8 +19,9 @@ build() {  # build <include dir> <output>
   ${CXX:-g++} "${FLAGS[@]}" -I"$1" "$ROOT/scripts/bitwise/dump.cpp" -o "$2" -pthread
 }
 build "$WORK/include" "$WORK/dump_base" &
-build "$ROOT/include" "$WORK/dump_tree"
-wait $!
+base_build=$!
+build "$ROOT/include" "$WORK/dump_tree" || { wait "$base_build" || true; exit 1; }
+wait "$base_build"
 "$WORK/dump_base" >"$WORK/base.txt"
 "$WORK/dump_tree" >"$WORK/tree.txt"
 # configurations the base cannot build (a policy it does not have yet) are left out of the comparison
@@ -28,7 +30,7 @@ if diff <(cut -c1-28 "$WORK/base.txt" | sort) <(cut -c1-28 "$WORK/tree.txt" | so
 fi
 if join -j1 -t$'\t' <(sed 's/ \{1,\}\([0-9a-f]\{16\}\)$/\t\1/' "$WORK/base.txt" | sort) \
                     <(sed 's/ \{1,\}\([0-9a-f]\{16\}\)$/\t\1/' "$WORK/tree.txt" | sort) |
-   awk -F'\t' '$2 != $3 {print "differs: " $1; bad = 1} END {exit bad}'; then
+   awk -F'\t' '$2 != $3 {print "differs: " $1; bad = 1} END {if (NR == 0) {print "no configuration in common"; bad = 1} exit bad}'; then
   echo "bitwise-check: $(wc -l <"$WORK/tree.txt") configurations, every common one identical to $BASE"
 else
   exit 1

@@ -241,9 +241,15 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
       }
     }
   }
-  // The summary: spreads of the fitted values and pulls over the converged toys.
+  // The summary: spreads of the fitted values and pulls over the converged toys, from the fields
+  // they read (a toy's covariance and Hessian stay in its record).
   BatchResult all;
-  for (std::size_t t = first; t < out.size(); ++t) static_cast<FitResult&>(all.replicas.emplace_back()) = out[t].result;
+  for (std::size_t t = first; t < out.size(); ++t) {
+    ReplicaFit& f = all.replicas.emplace_back();
+    f.status = out[t].result.status;
+    f.x = out[t].result.x;
+    f.uncertainties = out[t].result.uncertainties;
+  }
   io::ToySummary s;
   s.toys = n;
   s.converged = all.converged();

@@ -22,6 +22,7 @@ namespace fitlib::device {
 ///   host.size() entries), `zero(buffer&, n)` (n zeros), `resize(buffer&, n)` (at least n
 ///   entries, their values unspecified: for outputs a GEMM or launch writes in full);
 /// - `gemm(trans_a, m, n, k, a, lda, b, ldb, c, ldc)`: c = op(a)·b, column-major, device pointers;
+///   it writes all m × n entries of c (zeros when k = 0: the shard only sizes its GEMM outputs);
 /// - `launch(n, f)`: f(t) for every t in [0, n) on the device, f a trivially copyable functor whose
 ///   call operator is FITLIB_HOST_DEVICE;
 /// - `fence()`: waits for everything launched (copies included).
