@@ -391,15 +391,10 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     a.r0 = layer_.data(r0_);
     layer_.upload(std::span<const detail::Strength>(cols_.strengths(), static_cast<std::size_t>(cols_.npoi() * nx)), strengths_);
     a.strengths = layer_.data(strengths_);
-    if (!slots.empty() && static_cast<index_t>(slots.size()) != nx)
-      throw usage_error("a pass over " + std::to_string(nx) + " columns names " + std::to_string(slots.size()) + " data slots");
+    this->check_slot_count(slots, nx);
     std::vector<detail::SlotView> views(static_cast<std::size_t>(nx));
     for (index_t j = 0; j < nx; ++j) {
-      const index_t s = slots.empty() ? 0 : slots[static_cast<std::size_t>(j)];
-      if (s < 0 || s >= static_cast<index_t>(slots_.size()) || !slots_[static_cast<std::size_t>(s)].set)
-        throw usage_error("data slot " + std::to_string(s) + " of the shard over bins [" + std::to_string(range_.begin) + ", " +
-                          std::to_string(range_.end) + ") was never set");
-      const DeviceSlot& d = slots_[static_cast<std::size_t>(s)];
+      const DeviceSlot& d = this->slot_of(slots_, slots, j);
       views[static_cast<std::size_t>(j)] = {layer_.data(d.n), layer_.data(d.aux), d.has_bins ? layer_.data(d.bins) : nullptr};
     }
     layer_.upload(std::span<const detail::SlotView>(views), slot_views_);

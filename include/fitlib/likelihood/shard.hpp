@@ -394,20 +394,12 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     grow(cells_, P * nx);
   }
 
-  const DataSlot& data_slot(index_t slot) const {
-    if (slot < 0 || slot >= static_cast<index_t>(slots_.size()) || !slots_[static_cast<std::size_t>(slot)].set)
-      throw usage_error("data slot " + std::to_string(slot) + " of the shard over bins [" + std::to_string(range_.begin) + ", " +
-                        std::to_string(range_.end) + ") was never set");
-    return slots_[static_cast<std::size_t>(slot)];
-  }
-
   /// Each column's data slot for the pass (slot 0 for all when `slots` is empty).
   void bind_slots(std::span<const index_t> slots, index_t nx) {
-    if (!slots.empty() && static_cast<index_t>(slots.size()) != nx)
-      throw usage_error("a pass over " + std::to_string(nx) + " columns names " + std::to_string(slots.size()) + " data slots");
+    this->check_slot_count(slots, nx);
     slot_views_.resize(static_cast<std::size_t>(nx));
     for (index_t j = 0; j < nx; ++j) {
-      const DataSlot& d = data_slot(slots.empty() ? 0 : slots[static_cast<std::size_t>(j)]);
+      const DataSlot& d = this->slot_of(slots_, slots, j);
       slot_views_[static_cast<std::size_t>(j)] = {d.n.data(), d.aux.data(), d.bins.empty() ? nullptr : d.bins.data()};
     }
   }

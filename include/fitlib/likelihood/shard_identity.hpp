@@ -45,6 +45,22 @@ class ShardIdentity {
   std::span<const double> model_counts() const { return own(model_->data); }
   std::span<const double> model_variances() const { return own(model_->data_variance.empty() ? model_->data : model_->data_variance); }
 
+  /// A pass over nx columns names one data slot per column, or none (slot 0 for all).
+  static void check_slot_count(std::span<const index_t> slots, index_t nx) {
+    if (!slots.empty() && static_cast<index_t>(slots.size()) != nx)
+      throw usage_error("a pass over " + std::to_string(nx) + " columns names " + std::to_string(slots.size()) + " data slots");
+  }
+  /// Column j's data slot: slots[j], or slot 0 when `slots` is empty, checked against `held` (each
+  /// slot's `set` flag) with the error that names it.
+  template <class Slot>
+  const Slot& slot_of(const std::vector<Slot>& held, std::span<const index_t> slots, index_t j) const {
+    const index_t s = slots.empty() ? 0 : slots[static_cast<std::size_t>(j)];
+    if (s < 0 || s >= static_cast<index_t>(held.size()) || !held[static_cast<std::size_t>(s)].set)
+      throw usage_error("data slot " + std::to_string(s) + " of the shard over bins [" + std::to_string(range_.begin) + ", " +
+                        std::to_string(range_.end) + ") was never set");
+    return held[static_cast<std::size_t>(s)];
+  }
+
   std::shared_ptr<const Model> model_;
   Resource resource_;
   index_t index_;
