@@ -71,13 +71,14 @@ int main() {
   //    penalty whose multiplier grows, with a final veto.
   SerialLikelihood trained(model);
   const index_t fiducial = model.nbins();  // the masked channel follows the fitted ones
-  trained.add_regularizer(std::make_shared<PositivityPenalty>("fiducial_positivity", BinRange{fiducial, model.nbins_full()}));
+  const auto positivity = std::make_shared<PositivityPenalty>("fiducial_positivity", BinRange{fiducial, model.nbins_full()});
+  trained.add_regularizer(positivity);
   std::vector<ReplicaInputs> replicas(100);
   for (std::size_t r = 0; r < replicas.size(); ++r) replicas[r].data = bootstrap_counts(model.data, 7, r);
   TrainingOptions to;
   to.seed = 11;
   to.patience = 5;
-  to.positivity = 0;
+  to.positivity = positivity;
   t0 = std::chrono::steady_clock::now();
   const BatchResult tr = train_replicas(batch, trained, minimizer, replicas, to);
   index_t positive = 0, early = 0;

@@ -40,8 +40,8 @@ TEST_CASE("regularizers on yields and on parameters: values and derivatives", "[
       }
       return o;
     };
-    const double expected = plain.value(x) + svd->value_grad(obs(svd->observable_bins()), {}) +
-                            tail->value_grad(obs(tail->observable_bins()), {}) + smooth->value_grad(x, {});
+    const double expected = plain.value(x) + svd->value_grad(obs(svd->bins()), {}) +
+                            tail->value_grad(obs(tail->bins()), {}) + smooth->value_grad(x, {});
     CHECK(nll.value(x) == Approx(expected).epsilon(1e-13));
     CHECK(nll.value(x) > plain.value(x));
     test::check_derivatives(nll, x, 1e-7, point);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace fitlib;
@@ -43,9 +44,11 @@ double rel_error(const Vec& a, const Vec& b) {
   return den > 0 ? num / den : num;
 }
 
-double value_of(const Regularizer& reg, const Vec& z) { return reg.value_grad(z, {}); }
+template <class Penalty>
+double value_of(const Penalty& reg, const Vec& z) { return reg.value_grad(z, {}); }
 
-Vec gradient_of(const Regularizer& reg, const Vec& z) {
+template <class Penalty>
+Vec gradient_of(const Penalty& reg, const Vec& z) {
   Vec g(z.size(), 0.0);
   reg.value_grad(z, g);
   return g;
@@ -90,7 +93,9 @@ double svd_brute_force(const std::vector<index_t>& shape, const Vec& ref, const 
 
 /// Gradient and Hessian-vector products against central differences, the dense Hessian against
 /// hessp on unit vectors, its symmetry, and that every output is added to rather than overwritten.
-void check_derivatives(const Regularizer& reg, const Vec& z, double h, std::mt19937_64& rng) {
+/// Penalty: either kind (ParameterPenalty or ObservablePenalty), z the point it reads.
+template <class Penalty>
+void check_derivatives(const Penalty& reg, const Vec& z, double h, std::mt19937_64& rng) {
   const index_t n = static_cast<index_t>(z.size());
   const auto nu = static_cast<std::size_t>(n);
   auto value = [&](const Vec& y) { return Vec{value_of(reg, y)}; };
@@ -149,7 +154,7 @@ void check_derivatives(const Regularizer& reg, const Vec& z, double h, std::mt19
 SvdRegularizer bound_svd(std::vector<index_t> shape, const Vec& ref, double tau, index_t begin = 0) {
   const index_t n = static_cast<index_t>(ref.size());
   SvdRegularizer reg("unfold", BinRange{begin, begin + n}, std::move(shape), tau);
-  reg.bind({"mu", "theta"}, ref);
+  reg.bind(ref);
   return reg;
 }
 
@@ -257,9 +262,9 @@ TEST_CASE("SVD penalty matches the padded-grid reference and its derivatives mat
   const double tau = 0.3;
   const auto reg = bound_svd(shape, ref, tau, 17);
 
-  std::unique_ptr<Regularizer> base = std::make_unique<SvdRegularizer>(reg);
-  CHECK(base->needs_observables());
-  CHECK(base->observable_bins() == BinRange{17, 17 + n});
+  std::unique_ptr<ObservablePenalty> base = std::make_unique<SvdRegularizer>(reg);
+  STATIC_REQUIRE(!std::is_base_of_v<ParameterPenalty, SvdRegularizer>);
+  CHECK(base->bins() == BinRange{17, 17 + n});
   CHECK(base->name() == "unfold");
 
   const double f = value_of(*base, o);
@@ -298,11 +303,11 @@ TEST_CASE("SVD regularizer rejects bad arguments, naming them", "[likelihood][re
   SvdRegularizer reg("unfold", {10, 14}, {2, 2}, 0.0);
   const Vec o{1, 2, 3, 4};
   REQUIRE_THROWS_WITH(reg.value_grad(o, {}), Contains("'unfold'") && Contains("call bind()"));
-  REQUIRE_THROWS_AS(reg.bind({}, Vec{1, 2, 3}), usage_error);
-  REQUIRE_THROWS_WITH(reg.bind({}, Vec{1, 2, 3}), Contains("got 3 reference yields; it reads 4 bins"));
-  REQUIRE_THROWS_AS(reg.bind({}, Vec{1, std::nan(""), 3, 4}), model_error);
-  REQUIRE_THROWS_WITH(reg.bind({}, Vec{1, 2, INFINITY, 4}), Contains("global bin 12"));
-  reg.bind({}, Vec{1, 2, 3, 4});
+  REQUIRE_THROWS_AS(reg.bind(Vec{1, 2, 3}), usage_error);
+  REQUIRE_THROWS_WITH(reg.bind(Vec{1, 2, 3}), Contains("got 3 reference yields; it reads 4 bins"));
+  REQUIRE_THROWS_AS(reg.bind(Vec{1, std::nan(""), 3, 4}), model_error);
+  REQUIRE_THROWS_WITH(reg.bind(Vec{1, 2, INFINITY, 4}), Contains("global bin 12"));
+  reg.bind(Vec{1, 2, 3, 4});
   REQUIRE_THROWS_WITH(reg.value_grad(Vec{1, 2, 3}, {}), Contains("3 entries; it expects 4"));
   Vec g(3);
   REQUIRE_THROWS_WITH(reg.value_grad(o, g), Contains("the gradient has 3 entries"));
@@ -320,9 +325,8 @@ TEST_CASE("smoothness prior: hand-computed values and derivatives", "[likelihood
   SECTION("first differences follow the given order, not the parameter order") {
     // d = (a − c, b − a) = (−1, −1.5); penalty (1 + 2.25)/(2·0.25) = 6.5.
     SmoothnessPrior prior("smooth", {"c", "a", "b"}, 0.5);
-    CHECK_FALSE(prior.needs_observables());
-    CHECK(prior.observable_bins() == BinRange{});
-    prior.bind(names, {});
+    STATIC_REQUIRE(!std::is_base_of_v<ObservablePenalty, SmoothnessPrior>);
+    prior.bind(names);
     CHECK(prior.indices() == std::vector<index_t>{3, 1, 2});
     Vec g(5, 0.0);
     CHECK(prior.value_grad(x, g) == Approx(6.5).epsilon(1e-15));
@@ -339,7 +343,7 @@ TEST_CASE("smoothness prior: hand-computed values and derivatives", "[likelihood
   SECTION("second differences") {
     // d = (c − 2b + a, d − 2c + b) = (4, −4.25); penalty (16 + 18.0625)/(2·4).
     SmoothnessPrior prior("smooth", {"a", "b", "c", "d"}, 2.0, 2);
-    prior.bind(names, {});
+    prior.bind(names);
     Vec g(5, 0.0);
     CHECK(prior.value_grad(x, g) == Approx(34.0625 / 8.0).epsilon(1e-15));
     const Vec g_hand{0.0, 1.0, -3.0625, 3.125, -1.0625};
@@ -347,8 +351,8 @@ TEST_CASE("smoothness prior: hand-computed values and derivatives", "[likelihood
   }
   SECTION("order 1 ignores a common shift, order 2 a linear trend") {
     SmoothnessPrior first("flat", {"a", "b", "c", "d"}, 0.1, 1), second("line", {"a", "b", "c", "d"}, 0.1, 2);
-    first.bind(names, {});
-    second.bind(names, {});
+    first.bind(names);
+    second.bind(names);
     const Vec shift{5.0, 2.5, 2.5, 2.5, 2.5}, line{-1.0, 3.0, 3.5, 4.0, 4.5};
     CHECK(value_of(first, shift) == 0.0);
     CHECK(value_of(second, line) == 0.0);
@@ -362,8 +366,8 @@ TEST_CASE("smoothness prior derivatives match finite differences", "[likelihood]
   INFO("order " << order);
   const std::vector<std::string> names{"mu", "p0", "p1", "p2", "p3", "p4", "theta"};
   SmoothnessPrior prior("smooth", {"p2", "p0", "p4", "p1", "p3"}, 0.3, order);
-  prior.bind(names, {});
-  std::unique_ptr<Regularizer> base = std::make_unique<SmoothnessPrior>(prior);
+  prior.bind(names);
+  std::unique_ptr<ParameterPenalty> base = std::make_unique<SmoothnessPrior>(prior);
   std::mt19937_64 rng(5 + static_cast<std::uint64_t>(order));
   std::normal_distribution<double> normal;
   Vec x(names.size());
@@ -391,9 +395,9 @@ TEST_CASE("smoothness prior rejects bad arguments and names, naming them", "[lik
 
   SmoothnessPrior prior("smooth", {"a", "zeta", "b"}, 1.0);
   REQUIRE_THROWS_WITH(prior.value_grad(Vec{1, 2, 3}, {}), Contains("call bind()"));
-  REQUIRE_THROWS_AS(prior.bind({"a", "b", "c"}, {}), usage_error);
-  REQUIRE_THROWS_WITH(prior.bind({"a", "b", "c"}, {}), Contains("unknown parameter 'zeta' in smoothness prior 'smooth'"));
-  prior.bind({"b", "zeta", "a", "c"}, {});
+  REQUIRE_THROWS_AS(prior.bind({"a", "b", "c"}), usage_error);
+  REQUIRE_THROWS_WITH(prior.bind({"a", "b", "c"}), Contains("unknown parameter 'zeta' in smoothness prior 'smooth'"));
+  prior.bind({"b", "zeta", "a", "c"});
   CHECK(prior.indices() == std::vector<index_t>{2, 1, 0});
   REQUIRE_THROWS_WITH(prior.value_grad(Vec{1, 2, 3}, {}), Contains("3 entries; it expects 4"));
 }

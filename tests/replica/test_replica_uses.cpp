@@ -321,13 +321,25 @@ TEST_CASE("replica uses: n3fit-style training with early stopping and positivity
     m.data[static_cast<std::size_t>(b)] = std::round(std::max(0.0, bkg - 0.6 * sig));
   }
   SerialLikelihood nll(m, {}, linear());
-  nll.add_regularizer(std::make_shared<PositivityPenalty>("positivity", BinRange{m.nbins(), m.nbins_full()}));
+  const auto positivity = std::make_shared<PositivityPenalty>("positivity", BinRange{m.nbins(), m.nbins_full()});
+  nll.add_regularizer(positivity);
   const ReplicaBatch<dynamic> batch(4);
   TrustRegionOptions o;
   o.gtol = 1e-8;
   const TrustRegion<Gltr> minimizer(o);
   std::vector<ReplicaInputs> replicas(6);
   for (int i = 0; i < 6; ++i) replicas[static_cast<std::size_t>(i)].data = poisson_toy(m.data, 1, static_cast<std::uint64_t>(i));
+
+  SECTION("a positivity penalty the likelihood does not hold is refused before any fit") {
+    TrainingOptions to;
+    to.positivity = std::make_shared<PositivityPenalty>("elsewhere", BinRange{m.nbins(), m.nbins_full()});
+    REQUIRE_THROWS_AS(train_replicas(batch, nll, minimizer, replicas, to), usage_error);
+    REQUIRE_THROWS_WITH(train_replicas(batch, nll, minimizer, replicas, to),
+                        Catch::Contains("regularizer 'elsewhere' was not added to this likelihood") && Catch::Contains("add_regularizer"));
+    CHECK(nll.regularizer_count() == 1);
+    CHECK(nll.regularizer_name(0) == "positivity");
+    CHECK(nll.regularizer_index(*positivity) == 0);
+  }
 
   SECTION("without validation and positivity, training is the plain fit") {
     TrainingOptions to;
@@ -385,7 +397,7 @@ TEST_CASE("replica uses: n3fit-style training with early stopping and positivity
   SECTION("positivity: the growing penalty keeps the masked yields physical; the veto flags those that are not") {
     TrainingOptions to;
     to.validation_fraction = 0;
-    to.positivity = 0;
+    to.positivity = positivity;
     to.positivity_initial = 1;
     to.positivity_growth = 10;
     to.positivity_every = 3;

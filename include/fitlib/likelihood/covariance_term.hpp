@@ -130,4 +130,56 @@ class CovarianceTerm {
   std::vector<Solver> llt_;     ///< per column, factorised by `solve`
 };
 
+/// The covariance term inside a likelihood: the term and the global step it takes between the
+/// shards' forward and backward passes, with that step's per-bin workspaces.
+template <class Solver = detail::HostCholesky>
+class CoupledStep {
+ public:
+  CoupledStep() = default;
+  CoupledStep(const Model& model, const BinByBinStats& bb) : term_(model, bb) {}
+
+  /// Gathers ν' and q (and their directional derivatives) of every data bin from the shards, then
+  /// per column the value ½·rᵀ·y into f (when not empty), y = (C + diag q)⁻¹·r, and per direction
+  /// z = (C + diag q)⁻¹·(dν' − y·dq). `counts_of(j)`: column j's observed counts.
+  template <class Shards, class CountsOf>
+  void solve(Shards& shards, ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f, const CountsOf& counts_of) {
+    const index_t B = term_.nbins(), nx = x.cols, nv = v.empty() ? 0 : v.cols;
+    nu_.resize(B, nx);
+    q_.resize(B, nx);
+    y_.resize(B, nx);
+    dnu_.resize(B, nv);
+    dq_.resize(B, nv);
+    z_.resize(B, nv);
+    shards.for_each([&](std::size_t k) {
+      shards[k].coupled_aggregates(x, v, shards.data_rows(nu_, k), shards.data_rows(q_, k), shards.data_rows(dnu_, k), shards.data_rows(dq_, k));
+    });
+    for (index_t j = 0; j < nx; ++j) {
+      const double value = term_.solve(j, {nu_.col(j).data(), static_cast<std::size_t>(B)}, {q_.col(j).data(), static_cast<std::size_t>(B)},
+                                       counts_of(j), y_.col(j).data());
+      if (!f.empty()) f[static_cast<std::size_t>(j)] = value;
+    }
+    for (index_t k = 0; k < nv; ++k) {
+      const index_t j = nx == 1 ? 0 : k;
+      const Eigen::VectorXd t = dnu_.col(k) - y_.col(j).cwiseProduct(dq_.col(k));
+      term_.apply(j, t.data(), z_.col(k).data());
+    }
+  }
+
+  /// ∂F/∂ν' per data bin and column (`[nbins × nx]`), and its derivative along each direction
+  /// (`[nbins × nv]`), of the last solve.
+  const Eigen::MatrixXd& y() const { return y_; }
+  const Eigen::MatrixXd& z() const { return z_; }
+  /// The Hessian's coupled rows R (`[nbins × n]`), which the shards fill before add_curvature.
+  Eigen::MatrixXd& rows(index_t n) {
+    rows_.resize(term_.nbins(), n);
+    return rows_;
+  }
+  /// Adds Rᵀ·(C + diag q)⁻¹·R at column j (after solve) into H.
+  void add_curvature(index_t j, BlockView<double> H) const { term_.add_curvature(j, rows_, H); }
+
+ private:
+  CovarianceTerm<Solver> term_;
+  Eigen::MatrixXd nu_, q_, y_, dnu_, dq_, z_, rows_;
+};
+
 }  // namespace fitlib

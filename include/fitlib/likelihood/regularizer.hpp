@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Penalties added to the NLL: the Regularizer interface, rabbit's SVD curvature penalty and a smoothness prior.
+// Penalties added to the NLL: the parameter and observable penalty interfaces, rabbit's SVD curvature penalty and a smoothness prior.
 #pragma once
 
 #include <algorithm>
@@ -19,30 +19,47 @@
 
 namespace fitlib {
 
-/// A penalty added to the NLL. Either it reads the parameters x only (needs_observables() == false;
-/// evaluated once as a global term, so it works when the bins are sharded), or it reads the
-/// observables o: the expected bin yields summed over processes, o_b = Σ_p ν_bp, for the contiguous
-/// global bin range observable_bins() (usually one masked channel), and nothing else.
-/// z below is x (size nparams) or o (size observable_bins().size()).
-class Regularizer {
+/// The two kinds of penalty a likelihood adds to its NLL (Likelihood::add_regularizer), as two
+/// interfaces, held in two lists: a kind is a type, never a run-time flag to test.
+///
+/// A parameter penalty reads the parameters x alone. It is evaluated once per column beside the
+/// constraints, so it works however the bins are sharded, over MPI ranks too (`SmoothnessPrior`).
+class ParameterPenalty {
  public:
-  virtual ~Regularizer() = default;
+  virtual ~ParameterPenalty() = default;
   /// The name used in messages and results.
   virtual std::string name() const = 0;
-  /// True when the penalty reads the observables o, false when it reads the parameters x.
-  virtual bool needs_observables() const = 0;
-  /// Observable regularizers: the global bin range [begin, end) they read. Parameter ones: {0,0}.
-  virtual BinRange observable_bins() const { return {}; }
-  /// Called once by the likelihood before any evaluation: the parameter names (parameter
-  /// regularizers resolve names here and throw usage_error naming an unknown one) and, for
-  /// observable regularizers, the observables at the initial point (the reference yields).
-  virtual void bind(const std::vector<std::string>& parameter_names, std::span<const double> reference_observables) = 0;
-  /// Penalty at z; adds ∂/∂z into grad when grad is not empty.
-  virtual double value_grad(std::span<const double> z, std::span<double> grad) const = 0;
-  /// Adds ∇²penalty(z)·v_k into hv column k, for every column of v (v and hv are [nz × nv]).
-  virtual void hessp(std::span<const double> z, ConstBlockView<double> v, BlockView<double> hv) const = 0;
-  /// Adds ∇²penalty(z) into hess ([nz × nz]).
-  virtual void add_hessian(std::span<const double> z, BlockView<double> hess) const = 0;
+  /// Called once by the likelihood before any evaluation: resolves the penalty's parameter names
+  /// and throws usage_error naming an unknown one.
+  virtual void bind(const std::vector<std::string>& parameter_names) = 0;
+  /// Penalty at x (size nparams); adds ∂/∂x into grad when grad is not empty.
+  virtual double value_grad(std::span<const double> x, std::span<double> grad) const = 0;
+  /// Adds ∇²penalty(x)·v_k into hv column k, for every column of v (v and hv are [nparams × nv]).
+  virtual void hessp(std::span<const double> x, ConstBlockView<double> v, BlockView<double> hv) const = 0;
+  /// Adds ∇²penalty(x) into hess ([nparams × nparams]).
+  virtual void add_hessian(std::span<const double> x, BlockView<double> hess) const = 0;
+};
+
+/// An observable penalty reads the observables o: the expected bin yields summed over processes,
+/// o_b = Σ_p ν_bp, of the contiguous global bin range bins() (usually one masked channel), and
+/// nothing else. The likelihood gathers o from the shards holding those bins and sends the
+/// penalty's derivatives back through their backward pass (`SvdRegularizer`, `PositivityPenalty`).
+class ObservablePenalty {
+ public:
+  virtual ~ObservablePenalty() = default;
+  /// The name used in messages and results.
+  virtual std::string name() const = 0;
+  /// The global bin range [begin, end) read.
+  virtual BinRange bins() const = 0;
+  /// Called once by the likelihood before any evaluation: the observables at the initial point
+  /// (the reference yields, bins().size() of them).
+  virtual void bind(std::span<const double> reference_observables) = 0;
+  /// Penalty at o (size bins().size()); adds ∂/∂o into grad when grad is not empty.
+  virtual double value_grad(std::span<const double> o, std::span<double> grad) const = 0;
+  /// Adds ∇²penalty(o)·v_k into hv column k, for every column of v (v and hv are [nbins × nv]).
+  virtual void hessp(std::span<const double> o, ConstBlockView<double> v, BlockView<double> hv) const = 0;
+  /// Adds ∇²penalty(o) into hess ([nbins × nbins]).
+  virtual void add_hessian(std::span<const double> o, BlockView<double> hess) const = 0;
 };
 
 namespace detail {
@@ -74,7 +91,7 @@ inline void check_regularizer_hessian(const std::string& who, index_t nz, BlockV
 /// rabbit's SVD-style curvature penalty on one block of observables (rabbit-likelihood-and-format.md §3.6):
 /// e^{2τ}·Σ_cells (Δr)², r = o/o⁰ reshaped to an N-D grid (N = 1..3), symmetric edge padding, Δ the
 /// discrete Laplacian. Everything is applied matrix-free in O(nbins) except the dense Hessian.
-class SvdRegularizer final : public Regularizer {
+class SvdRegularizer final : public ObservablePenalty {
  public:
   /// `bins`: the global bin range read; `shape`: 1–3 positive extents, row-major (last index fastest),
   /// whose product is bins.size(); `tau`: the strength, the penalty is weighted by e^{2τ}.
@@ -110,12 +127,11 @@ class SvdRegularizer final : public Regularizer {
   }
 
   std::string name() const override { return name_; }
-  bool needs_observables() const override { return true; }
-  BinRange observable_bins() const override { return bins_; }
+  BinRange bins() const override { return bins_; }
 
   /// Stores the reference yields o⁰ (bins.size() entries). Throws usage_error on a wrong size and
   /// model_error naming the global bin where o⁰ is not finite.
-  void bind(const std::vector<std::string>& /*parameter_names*/, std::span<const double> reference_observables) override {
+  void bind(std::span<const double> reference_observables) override {
     const index_t n = bins_.size();
     if (static_cast<index_t>(reference_observables.size()) != n)
       throw usage_error(who() + ": bind() got " + std::to_string(reference_observables.size()) +
@@ -237,7 +253,7 @@ class SvdRegularizer final : public Regularizer {
 
 /// A Gaussian prior on the first or second differences of an ordered list of named parameters:
 /// Σ_i d_i²/(2σ²), d_i = x_{i+1} − x_i (order 1) or x_{i+2} − 2x_{i+1} + x_i (order 2).
-class SmoothnessPrior final : public Regularizer {
+class SmoothnessPrior final : public ParameterPenalty {
  public:
   /// `parameters`: distinct names in the order the differences follow (at least order + 1 of them);
   /// `sigma` > 0: the width of each difference; `order`: 1 or 2. Throws usage_error naming the argument.
@@ -260,10 +276,9 @@ class SmoothnessPrior final : public Regularizer {
   }
 
   std::string name() const override { return name_; }
-  bool needs_observables() const override { return false; }
 
-  /// Resolves the names against the likelihood's parameters; reference_observables is ignored.
-  void bind(const std::vector<std::string>& parameter_names, std::span<const double> /*reference_observables*/) override {
+  /// Resolves the names against the likelihood's parameters.
+  void bind(const std::vector<std::string>& parameter_names) override {
     std::unordered_map<std::string, index_t> where;
     where.reserve(parameter_names.size());
     for (std::size_t i = 0; i < parameter_names.size(); ++i) where.emplace(parameter_names[i], static_cast<index_t>(i));

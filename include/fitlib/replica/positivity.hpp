@@ -19,7 +19,7 @@ namespace fitlib {
 /// constant curvature, so a trust-region method sees an ordinary quadratic penalty; its weight is
 /// the replica's penalty scale, which replica training grows on a schedule (n3fit's Lagrange
 /// multiplier, n3fit-parallel-replicas.md §3.2, §3.4, made smooth for a second-order method).
-class PositivityPenalty final : public Regularizer {
+class PositivityPenalty final : public ObservablePenalty {
  public:
   PositivityPenalty(std::string name, BinRange bins) : name_(std::move(name)), bins_(bins) {
     if (bins_.begin < 0 || bins_.end <= bins_.begin)
@@ -28,10 +28,9 @@ class PositivityPenalty final : public Regularizer {
   }
 
   std::string name() const override { return name_; }
-  bool needs_observables() const override { return true; }
-  BinRange observable_bins() const override { return bins_; }
+  BinRange bins() const override { return bins_; }
 
-  void bind(const std::vector<std::string>& /*parameter_names*/, std::span<const double> reference) override {
+  void bind(std::span<const double> reference) override {
     if (static_cast<index_t>(reference.size()) != bins_.size())
       throw usage_error("positivity penalty '" + name_ + "': " + std::to_string(reference.size()) + " reference yields for " +
                         std::to_string(bins_.size()) + " bins");

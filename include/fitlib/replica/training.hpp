@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -32,8 +33,8 @@ struct TrainingOptions {
   index_t patience = 20;
   /// An improvement must lower the validation NLL by more than this (n3fit's stopping_delta, ≥ 0).
   double min_improvement = 0;
-  /// Index of the PositivityPenalty among the likelihood's regularizers, or −1 for none.
-  index_t positivity = -1;
+  /// The positivity penalty, added to the likelihood first (add_regularizer); null for none.
+  std::shared_ptr<const PositivityPenalty> positivity;
   /// The penalty's multiplier: `positivity_initial`, times `positivity_growth` every
   /// `positivity_every` iterations (n3fit's schedule, §3.4) and whenever the minimiser converges
   /// before it reached `positivity_max`, so that a replica ends at the full multiplier.
@@ -93,16 +94,8 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
   opts.validate();
   const auto R = static_cast<index_t>(replicas.size());
   const index_t nb = lik.model().nbins(), nreg = lik.regularizer_count();
-  const PositivityPenalty* positivity = nullptr;
-  if (opts.positivity >= 0) {
-    if (opts.positivity >= nreg)
-      throw usage_error("TrainingOptions::positivity names regularizer " + std::to_string(opts.positivity) + "; the likelihood has " +
-                        std::to_string(nreg));
-    positivity = dynamic_cast<const PositivityPenalty*>(&lik.regularizer(opts.positivity));
-    if (!positivity)
-      throw usage_error("TrainingOptions::positivity names regularizer '" + lik.regularizer(opts.positivity).name() +
-                        "', which is not a PositivityPenalty");
-  }
+  // The penalty's number among the likelihood's regularizers (its replicas' penalty scale).
+  const index_t positivity = opts.positivity ? lik.regularizer_index(*opts.positivity) : -1;
   if (x0.empty()) x0 = lik.default_parameters();
   // Training inputs r, validation inputs R + r: the same data, complementary bins, no penalties in validation.
   std::vector<ReplicaInputs> all(static_cast<std::size_t>(2 * R));
@@ -111,9 +104,9 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
     t = std::move(replicas[static_cast<std::size_t>(r)]);
     if (!t.bins.empty()) throw usage_error("train_replicas: replica " + std::to_string(r) + " selects bins itself; the training split does that");
     if (opts.validation_fraction > 0) t.bins = training_split(nb, opts.validation_fraction, opts.seed, static_cast<std::uint64_t>(r));
-    if (opts.positivity >= 0) {
+    if (positivity >= 0) {
       t.penalty_scales.resize(static_cast<std::size_t>(nreg), 1.0);
-      t.penalty_scales[static_cast<std::size_t>(opts.positivity)] = opts.positivity_initial;
+      t.penalty_scales[static_cast<std::size_t>(positivity)] = opts.positivity_initial;
     }
     ReplicaInputs& v = all[static_cast<std::size_t>(R + r)];
     v = t;
@@ -154,14 +147,14 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
       }
       // The multiplier grows on its schedule, and whenever the minimiser has converged before it
       // reached its maximum (a penalty method's outer loop); early stopping ends the replica.
-      const bool grow = opts.positivity >= 0 && lambda < opts.positivity_max && !stopped_early &&
+      const bool grow = positivity >= 0 && lambda < opts.positivity_max && !stopped_early &&
                         ((status == FitStatus::running && iteration % opts.positivity_every == 0) || converged(status));
       if (!grow) {
         if (status != FitStatus::running) break;
         continue;
       }
       lambda = std::min(opts.positivity_max, lambda * opts.positivity_growth);
-      lik.set_penalty_scale(r, opts.positivity, lambda);
+      lik.set_penalty_scale(r, positivity, lambda);
       // A new objective: restart the minimiser at the current point, keeping its radius.
       const double radius = s.radius;
       counts += s.counts;
@@ -193,12 +186,12 @@ BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik,
   ReplicaBatch<N>::mark_errors(out, errors);
   lik.set_replicas({});
   // The veto, on the kept states (one forward pass each over the penalty's bins).
-  if (opts.positivity >= 0)
+  if (positivity >= 0)
     for (ReplicaFit& res : out.replicas) {
       if (!res.error.empty()) continue;
-      const PositivityPenalty& pen = *positivity;
+      const PositivityPenalty& pen = *opts.positivity;
       const std::vector<double> nu = lik.yields(res.x);
-      const BinRange br = pen.observable_bins();
+      const BinRange br = pen.bins();
       const index_t P = lik.model().nprocs();
       std::vector<double> o(static_cast<std::size_t>(br.size()), 0.0);
       for (index_t b = br.begin; b < br.end; ++b)
