@@ -4,6 +4,8 @@
 
 #include <fitlib/likelihood/regularizer.hpp>
 
+#include "random_model.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,34 +17,12 @@
 #include <vector>
 
 using namespace fitlib;
+using fitlib::test::central_difference;
+using fitlib::test::rel_error;
 
 namespace {
 
 using Vec = std::vector<double>;
-
-// The same fourth-order difference and error measure as tests/common/random_model.hpp, kept here so
-// that this test depends on the regularizer header alone, not on the whole library.
-Vec central_difference(const std::function<Vec(const Vec&)>& f, const Vec& x, const Vec& dir, double h) {
-  auto at = [&](double t) {
-    Vec y = x;
-    for (std::size_t i = 0; i < y.size(); ++i) y[i] += t * dir[i];
-    return f(y);
-  };
-  const auto p1 = at(h), m1 = at(-h), p2 = at(2 * h), m2 = at(-2 * h);
-  Vec d(p1.size());
-  for (std::size_t i = 0; i < d.size(); ++i) d[i] = (8.0 * (p1[i] - m1[i]) - (p2[i] - m2[i])) / (12.0 * h);
-  return d;
-}
-
-/// ‖a − b‖∞ / ‖b‖∞ (or the absolute error when b vanishes).
-double rel_error(const Vec& a, const Vec& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::abs(a[i] - b[i]));
-    den = std::max(den, std::abs(b[i]));
-  }
-  return den > 0 ? num / den : num;
-}
 
 template <class Penalty>
 double value_of(const Penalty& reg, const Vec& z) { return reg.value_grad(z, {}); }
