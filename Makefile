@@ -34,8 +34,8 @@ fuzz: configure
 	./scripts/install-deps.sh --fuzz
 	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -L fuzz
 
-# ASan + UBSan build of the tests and fitlib-fit in build-asan/ (kept between runs; the first build takes about an
-# hour on 2 cores), then the tests and a few fitlib-fit runs; fails on any sanitizer report (scripts/sanitize.sh).
+# ASan + UBSan build of the tests and fitlib-fit in build-asan/ (kept between runs; the first build takes about
+# 45 minutes on 2 cores), then the tests and a few fitlib-fit runs; fails on any sanitizer report (scripts/sanitize.sh).
 sanitize: deps
 	JOBS=$(JOBS) ./scripts/sanitize.sh
 

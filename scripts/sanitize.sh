@@ -4,7 +4,7 @@
 # (build-asan/, Debug, -O1) and runs them; exits non-zero on any sanitizer report or warning.
 #   scripts/sanitize.sh            # configure, build, run everything
 #   BUILD_DIR=dir JOBS=n scripts/sanitize.sh
-# The first build takes about an hour on 2 cores; later runs rebuild what changed. Logs: $BUILD_DIR/sanitize-logs/.
+# The first build takes about 45 minutes on 2 cores; later runs rebuild what changed. Logs: $BUILD_DIR/sanitize-logs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -85,8 +85,10 @@ if ! grep -qxF "$HDF5_CORRUPT" <<<"$("$TESTS" --list-test-names-only)"; then
   echo "test case '$HDF5_CORRUPT' not found: update scripts/sanitize.sh and scripts/sanitize.supp"
   exit 1
 fi
-# Every test case but the corrupt-file one, then that one with the full unwinder its suppression needs.
-check tests "0" "$TESTS" "~$HDF5_CORRUPT"
+# Every test case but the corrupt-file one, then that one, both with the full unwinder: the corrupt-file case's
+# suppression needs it, and with the fast one a block the Blosc2 plugin allocated (1344 bytes, from H5Z_pipeline)
+# was reported in fitlib_tests, whose mapping the unloaded plugin's addresses border, instead of "<unknown module>".
+ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" check tests "0" "$TESTS" "~$HDF5_CORRUPT"
 ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" check tests_corrupt_hdf5 "0" "$TESTS" "$HDF5_CORRUPT"
 
 # fitlib-fit: batched toys on fibers, and a data fit with impacts on 2 threads (rc 3 = some fit did not converge).
