@@ -22,8 +22,11 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER="${CXX:-g++
 cmake --build "$BUILD" -j"$JOBS" --target fitlib_tests fitlib-fit
 
 # halt on the first report; fibers are annotated for ASan (detail/fiber.hpp), so use-after-return
-# detection works inside replica fibers too.
-export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
+# detection works inside replica fibers too. Every step runs under the full unwinder: the suppressions
+# (sanitize.supp) name frames that the fast one loses, in libhdf5 and in Open MPI's libraries, which have no
+# frame pointers; and with the fast one a block the Blosc2 plugin allocated (1344 bytes, from H5Z_pipeline) was
+# reported in fitlib_tests, whose mapping the unloaded plugin's addresses border, instead of "<unknown module>".
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:fast_unwind_on_malloc=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$SUPP:print_suppressions=0"
 mkdir -p "$LOGS"
@@ -85,16 +88,11 @@ if ! grep -qxF "$HDF5_CORRUPT" <<<"$("$TESTS" --list-test-names-only)"; then
   echo "test case '$HDF5_CORRUPT' not found: update scripts/sanitize.sh and scripts/sanitize.supp"
   exit 1
 fi
-# Every test case but the corrupt-file one, then that one, both with the full unwinder: the corrupt-file case's
-# suppression needs it, and with the fast one a block the Blosc2 plugin allocated (1344 bytes, from H5Z_pipeline)
-# was reported in fitlib_tests, whose mapping the unloaded plugin's addresses border, instead of "<unknown module>".
-ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" check tests "0" "$TESTS" "~$HDF5_CORRUPT"
-ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" check tests_corrupt_hdf5 "0" "$TESTS" "$HDF5_CORRUPT"
+# Every test case but the corrupt-file one, then that one (its own log, for its suppression).
+check tests "0" "$TESTS" "~$HDF5_CORRUPT"
+check tests_corrupt_hdf5 "0" "$TESTS" "$HDF5_CORRUPT"
 
 # fitlib-fit: batched toys on fibers, and a data fit with impacts on 2 threads (rc 3 = some fit did not converge).
-# With the full unwinder: Open MPI's leaks at MPI_Init_thread (sanitize.supp) are only recognised with their
-# whole stack, since its libraries have no frame pointers.
-export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
 FIT=$BUILD/apps/fitlib-fit/fitlib-fit
 DEMO=examples/data/demo_analysis.hdf5
 OUT=$BUILD/sanitize-out
