@@ -166,7 +166,7 @@ void BM_TemplateProducts(benchmark::State& state, Config c, int n) {
   std::vector<double> coef(static_cast<std::size_t>(nc * n)), L(static_cast<std::size_t>(P * n)), U(L.size()), acc(coef.size());
   for (std::size_t i = 0; i < coef.size(); ++i) coef[i] = 0.01 * bench::hash_uniform(i);
   for (std::size_t i = 0; i < U.size(); ++i) U[i] = bench::hash_uniform(i + 99);
-  const double* K = t.model->logk.data();
+  const double* K = t.model->dense()->logk.data();
   for (auto _ : state) {
     std::fill(acc.begin(), acc.end(), 0.0);
     for (index_t b = 0; b < c.bins; ++b) {

@@ -19,7 +19,7 @@
 // BM_MPI/<kernel>/<model>/ranks:R — only under an MPI launcher (`mpirun -n N bench_sharding`,
 // built with FITLIB_BENCH_MPI), for R = 1 and R = N: Likelihood<Shard<mpi::Ranks<cpu::Serial>,
 // storage::Dense>> over the first R ranks, each holding only its bins' template rows (a model
-// with Model::logk_bins, built directly for the rank's part of partition_bins). Rank 0 first times
+// with the templates' `held`, built directly for the rank's part of partition_bins). Rank 0 first times
 // the one-shard SerialLikelihood over the whole model alone, the other ranks waiting in a barrier,
 // then frees it; then every rank builds its slice and all run the same fixed number of
 // evaluations, each after a barrier. Counters (printed by rank 0 only):
@@ -320,7 +320,7 @@ void BM_MPI(benchmark::State& state, Config c, Kernel kernel, int ranks) {
     }
     state.SetIterationTime(t);
   }
-  const double held = member ? 8.0 * static_cast<double>(slice->logk.size()) : 0.0;
+  const double held = member ? 8.0 * static_cast<double>(slice->dense()->logk.size()) : 0.0;
   const double bytes_per_rank = max_over_ranks(held), peak = max_over_ranks(member ? peak_rss_bytes() : 0.0);
   const index_t shards = member ? nll->total_shards() : 0;
   nll.reset();

@@ -38,7 +38,7 @@ inline double hash_uniform(std::uint64_t i) {
 
 /// One signal and procs−1 backgrounds, log-normal variations of a few per cent, all constrained;
 /// dense, or sparse with a fraction `density` of the variations non-zero. `held` (dense only): the
-/// model holds the template rows of these bins only (Model::logk_bins), as one MPI rank would; the
+/// model holds the template rows of these bins only (the templates' `held`), as one MPI rank would; the
 /// entries are those of the whole model.
 inline std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c, std::optional<fitlib::BinRange> held = {}) {
   auto m = std::make_shared<fitlib::Model>();
@@ -50,8 +50,8 @@ inline std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c, std
   m->constraint_weights.assign(static_cast<std::size_t>(c.nsyst), 1.0);
   m->poi_default = {1.0};
   const index_t cells = c.bins * c.procs, nc = m->ncoef();
-  m->nominal.resize(static_cast<std::size_t>(cells));
-  for (index_t i = 0; i < cells; ++i) m->nominal[static_cast<std::size_t>(i)] = 50.0 + 40.0 * hash_uniform(static_cast<std::uint64_t>(i));
+  std::vector<double> nominal(static_cast<std::size_t>(cells));
+  for (index_t i = 0; i < cells; ++i) nominal[static_cast<std::size_t>(i)] = 50.0 + 40.0 * hash_uniform(static_cast<std::uint64_t>(i));
   if (c.sparse()) {  // built as CSR directly: the dense tensor of the largest models would not fit
     fitlib::SparseTemplates t;
     t.nbins_full = c.bins;
@@ -61,7 +61,7 @@ inline std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c, std
     for (index_t b = 0; b <= c.bins; ++b) t.bin_begin.push_back(b * c.procs);
     for (index_t i = 0; i < cells; ++i) {
       t.cell_process.push_back(i % c.procs);
-      t.cell_nominal.push_back(m->nominal[static_cast<std::size_t>(i)]);
+      t.cell_nominal.push_back(nominal[static_cast<std::size_t>(i)]);
       for (index_t k = 0; k < nc; ++k) {
         const auto e = static_cast<std::uint64_t>(i * nc + k);
         if (0.5 * (hash_uniform(e + 0x777ULL) + 1.0) >= c.density) continue;
@@ -70,23 +70,21 @@ inline std::shared_ptr<const fitlib::Model> synthetic_model(const Config& c, std
       }
       t.row_begin.push_back(static_cast<index_t>(t.val.size()));
     }
-    m->sparse = std::move(t);
+    m->templates = std::move(t);
   } else {
     const fitlib::BinRange rows = held ? *held : fitlib::BinRange{0, c.bins};
     const auto first = static_cast<std::uint64_t>(rows.begin * c.procs * nc);
-    m->logk.resize(static_cast<std::size_t>(rows.size() * c.procs * nc));
-    for (std::size_t i = 0; i < m->logk.size(); ++i) m->logk[i] = 0.02 * hash_uniform(first + i + 0x1234567ULL);
-    m->logk_bins = held;
+    std::vector<double> logk(static_cast<std::size_t>(rows.size() * c.procs * nc));
+    for (std::size_t i = 0; i < logk.size(); ++i) logk[i] = 0.02 * hash_uniform(first + i + 0x1234567ULL);
+    m->templates = fitlib::DenseTemplates{nominal, std::move(logk), held};
   }
   if (c.bin_by_bin) {
     m->sumw2.resize(static_cast<std::size_t>(cells));
     for (index_t i = 0; i < cells; ++i) {
-      const double n = m->nominal[static_cast<std::size_t>(i)];
+      const double n = nominal[static_cast<std::size_t>(i)];
       m->sumw2[static_cast<std::size_t>(i)] = n * n / (30.0 + 20.0 * hash_uniform(static_cast<std::uint64_t>(i) + 0xbbULL));
     }
   }
-  const auto nominal = m->nominal;
-  if (c.sparse()) m->nominal = {};
   m->data.resize(static_cast<std::size_t>(c.bins));
   for (index_t b = 0; b < c.bins; ++b) {
     double nu = 0;

@@ -76,11 +76,11 @@ int main(int argc, char** argv) {
     const double read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!a.quiet)
       std::fprintf(stderr, "fitlib-fit: read %s (%s, %td bins + %td masked, %td processes, %td systematics) in %.3f s\n", a.input.c_str(),
-                   in.sparse ? "sparse" : "dense", in.model.nbins(), in.model.nbins_full() - in.model.nbins(), in.model.nprocs(),
+                   in.model.sparse() ? "sparse" : "dense", in.model.nbins(), in.model.nbins_full() - in.model.nbins(), in.model.nprocs(),
                    in.model.nsyst(), read_seconds);
 
     auto model = std::make_shared<const Model>(std::move(in.model));
-    const Fits fits = model->sparse ? run_all<storage::Sparse>(a, model, shards, ro, lo, in) : run_all<storage::Dense>(a, model, shards, ro, lo, in);
+    const Fits fits = storage::visit(*model, [&]<class S>(S) { return run_all<S>(a, model, shards, ro, lo, in); });
     bool all_converged = true;
     for (const auto& f : fits.records) all_converged = all_converged && f.result.converged();
     if (a.rank > 0) return all_converged ? 0 : 3;  // rank 0 writes and reports

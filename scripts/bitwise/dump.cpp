@@ -95,7 +95,9 @@ int main() {
           ThreadedLikelihood threads(m, cpu::Threads{3}, three);
           std::snprintf(name, sizeof name, "threads3 %s", tag);
           run(name, threads);
-          SparseSerialLikelihood sparse(m, {}, three);
+          Model stored_sparse = m;  // the same tensor, stored sparsely
+          stored_sparse.make_sparse();
+          SparseSerialLikelihood sparse(stored_sparse, {}, three);
           std::snprintf(name, sizeof name, "sparse3 %s", tag);
           run(name, sparse);
 #ifdef FITLIB_DUMP_DEVICE_LAYER

@@ -12,7 +12,7 @@
 namespace fitlib::test {
 
 /// The logk tensor densely, `[nbins_full × nprocs × ncoef]`, whichever way the model stores it.
-inline std::vector<double> dense_logk(const Model& m) { return m.sparse ? m.sparse->dense_logk() : m.logk; }
+inline std::vector<double> dense_logk(const Model& m) { return m.sparse() ? m.sparse()->dense_logk() : m.dense()->logk; }
 
 /// CHECKs that `a` and `b` hold the same analysis, bit for bit: names, templates (in any storage; logk
 /// only where both use the same symmetric/asymmetric layout), data and their variances, template

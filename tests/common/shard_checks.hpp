@@ -24,12 +24,12 @@ inline fitlib::Model sharded_model() {
   return random_model(sp);
 }
 
-/// The dense model `m` as a reader of bins `b` holds it (Model::logk_bins): their template rows only.
+/// The dense model `m` as a reader of bins `b` holds it (the templates' `held`): their template rows only.
 inline fitlib::Model slice_of(const fitlib::Model& m, fitlib::BinRange b) {
   fitlib::Model s = m;
   const fitlib::index_t row = m.nprocs() * m.ncoef();
-  s.logk.assign(m.logk.begin() + b.begin * row, m.logk.begin() + b.end * row);
-  s.logk_bins = b;
+  const std::vector<double>& logk = m.dense()->logk;
+  s.templates = fitlib::DenseTemplates{m.dense()->nominal, std::vector<double>(logk.begin() + b.begin * row, logk.begin() + b.end * row), b};
   return s;
 }
 

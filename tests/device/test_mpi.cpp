@@ -73,8 +73,10 @@ TEST_CASE("mpi: ranks equal the serial shards bitwise and one shard to 1e-12, on
     CHECK(worst_relative(t, everything(one)) < 1e-12);
 
     // Sparse storage over ranks equals sparse storage in one process with as many shards.
-    SparseRankLikelihood sparse(m, {cpu::Threads{1}}, lo);
-    SparseSerialLikelihood sparse_serial(m, {}, serial_shards);
+    Model stored_sparse = m;
+    stored_sparse.make_sparse();
+    SparseRankLikelihood sparse(stored_sparse, {cpu::Threads{1}}, lo);
+    SparseSerialLikelihood sparse_serial(stored_sparse, {}, serial_shards);
     CHECK(same_bits(everything(sparse), everything(sparse_serial)));
   }
 }
@@ -129,11 +131,11 @@ TEST_CASE("mpi: each rank reads only its bins of a rabbit tensor, and the fit is
     ro.bins = parts[static_cast<std::size_t>(rank())];
     const io::RabbitTensor mine = io::read_rabbit(path, ro);
     CHECK(mine.model.held_bins() == parts[static_cast<std::size_t>(rank())]);
-    if (!whole.sparse) CHECK(mine.model.logk.size() * static_cast<std::size_t>(whole.model.nbins_full()) ==
-                             whole.model.logk.size() * static_cast<std::size_t>(ro.bins->size()));
+    if (!whole.model.sparse()) CHECK(mine.model.dense()->logk.size() * static_cast<std::size_t>(whole.model.nbins_full()) ==
+                             whole.model.dense()->logk.size() * static_cast<std::size_t>(ro.bins->size()));
     const TrustRegion<Gltr> minimizer;
     FitResult a, b;
-    if (whole.sparse) {
+    if (whole.model.sparse()) {
       SparseRankLikelihood ranked(mine.model, {cpu::Threads{2}});
       SparseSerialLikelihood one(whole.model);
       a = fit(ranked, minimizer);
@@ -170,7 +172,7 @@ TEST_CASE("mpi: each rank reads only its bins of a rabbit tensor, and the fit is
     mo.bins = BinRange{own[0].begin, own[0].begin + 1};
     const auto meta = std::make_shared<const Model>(io::read_rabbit(path, mo).model);
     FitResult c;
-    if (whole.sparse) {
+    if (whole.model.sparse()) {
       SparseRankLikelihood ranked(meta, own, part, {cpu::Threads{2}});
       c = fit(ranked, minimizer);
     } else {
@@ -214,7 +216,7 @@ TEST_CASE("mpi: an unconstrained systematic must vary a fitted bin on some rank"
   const auto vary_from = [&](index_t first) {
     for (index_t b = 0; b < m.nbins_full(); ++b)
       for (index_t k = 0; k < P * nc; ++k)
-        if (k % nc % ns == 0 && b < first) m.logk[static_cast<std::size_t>(b * P * nc + k)] = 0;
+        if (k % nc % ns == 0 && b < first) m.dense()->logk[static_cast<std::size_t>(b * P * nc + k)] = 0;
   };
   vary_from(parts.back().begin);
   CHECK_NOTHROW(RankLikelihood(slice(m)));

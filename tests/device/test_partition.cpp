@@ -47,7 +47,7 @@ TEST_CASE("partition: dense bins split evenly, sparse bins by their entries", "[
   Model sparse = dense;
   const index_t P = sparse.nprocs(), nc = sparse.ncoef();
   for (index_t b = 15; b < sparse.nbins_full(); ++b)
-    for (index_t c = 1; c < P * nc; ++c) sparse.logk[static_cast<std::size_t>(b * P * nc + c)] = 0.0;
+    for (index_t c = 1; c < P * nc; ++c) sparse.dense()->logk[static_cast<std::size_t>(b * P * nc + c)] = 0.0;
   sparse.make_sparse();
   const std::vector<index_t> w = bin_work(sparse);
   const index_t total = std::accumulate(w.begin(), w.end(), index_t{0});

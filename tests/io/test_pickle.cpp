@@ -507,8 +507,8 @@ TEST_CASE("rabbit meta: a tensor TensorWriter wrote with systematic_type=\"norma
   REQUIRE(normal.parameter_names() == std::vector<std::string>{"sig", "bkg_shape", "lumi", "sig_asym"});
   const std::vector<double> x{1, 0, 1, 0};
   const std::vector<double> nu = normal.yields(x);
-  REQUIRE(nu.size() == t.model.nominal.size());
-  for (std::size_t k = 0; k < nu.size(); ++k) CHECK(std::abs(nu[k] - 1.05 * t.model.nominal[k]) < 1e-12 * nu[k]);
+  REQUIRE(nu.size() == t.model.dense()->nominal.size());
+  for (std::size_t k = 0; k < nu.size(); ++k) CHECK(std::abs(nu[k] - 1.05 * t.model.dense()->nominal[k]) < 1e-12 * nu[k]);
 
   // The same file read as log-normal (its meta removed, as an older fitlib read it) fits differently.
   test::TempDir dir;

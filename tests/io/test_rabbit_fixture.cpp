@@ -77,7 +77,7 @@ TEST_CASE("io: rabbit's Blosc2-compressed tensors read as their gzip twins", "[i
     INFO(stem);
     const io::RabbitTensor b = io::read_rabbit(fixture + stem + ".hdf5"), g = io::read_rabbit(fixture + stem + "_gzip.hdf5");
     test::check_same_model(b.model, g.model);
-    if (b.model.sparse) CHECK(b.model.sparse->val == g.model.sparse->val);
+    if (b.model.sparse()) CHECK(b.model.sparse()->val == g.model.sparse()->val);
     CHECK(b.sha256 != g.sha256);
   }
   io::hdf5::set_plugin_search_path(saved);

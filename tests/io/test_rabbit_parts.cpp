@@ -59,7 +59,7 @@ void thin_and_make_sparse(Model& m, std::uint64_t seed) {
   for (index_t b = 0; b < bf; ++b) {
     const double keep = 0.95 - 0.8 * static_cast<double>(b) / static_cast<double>(bf);
     for (index_t k = 0; k < row; ++k)
-      if (unif(rng) > keep) m.logk[static_cast<std::size_t>(b * row + k)] = 0.0;
+      if (unif(rng) > keep) m.dense()->logk[static_cast<std::size_t>(b * row + k)] = 0.0;
   }
   m.make_sparse();
 }
@@ -67,8 +67,8 @@ void thin_and_make_sparse(Model& m, std::uint64_t seed) {
 /// A part must be the whole model with only bins `r`'s systematic-tensor rows: everything else equal, the
 /// dense rows of those bins (or, sparse, every cell, with rows for the cells of those bins only) bit for bit.
 void check_part(const Model& full, const Model& part, BinRange r) {
-  REQUIRE(part.logk_bins);
-  CHECK(*part.logk_bins == r);
+  REQUIRE(part.held());
+  CHECK(*part.held() == r);
   CHECK(part.held_bins() == r);
   REQUIRE_NOTHROW(part.validate());
 
@@ -99,26 +99,26 @@ void check_part(const Model& full, const Model& part, BinRange r) {
   CHECK(part.external_terms.size() == full.external_terms.size());
 
   const auto row = static_cast<std::size_t>(full.nprocs() * full.ncoef());  // logk entries per bin, dense
-  if (!full.sparse) {
-    REQUIRE_FALSE(part.sparse);
-    CHECK(part.nominal == full.nominal);
-    const auto first = full.logk.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.begin) * row);
-    const auto last = full.logk.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.end) * row);
-    CHECK(part.logk == std::vector<double>(first, last));
+  if (!full.sparse()) {
+    REQUIRE_FALSE(part.sparse());
+    CHECK(part.dense()->nominal == full.dense()->nominal);
+    const auto first = full.dense()->logk.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.begin) * row);
+    const auto last = full.dense()->logk.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.end) * row);
+    CHECK(part.dense()->logk == std::vector<double>(first, last));
     return;
   }
-  REQUIRE(part.sparse);
-  CHECK(part.nominal.empty());
-  CHECK(part.logk.empty());
-  const SparseTemplates& t = *full.sparse;
+  REQUIRE(part.sparse());
+  CHECK_FALSE(part.dense());
+  const SparseTemplates& t = *full.sparse();
   SparseTemplates expected = t;  // every cell; the entries of the cells of bins r only
   const index_t lo = t.row_begin[static_cast<std::size_t>(t.bin_begin[static_cast<std::size_t>(r.begin)])];
   const index_t hi = t.row_begin[static_cast<std::size_t>(t.bin_begin[static_cast<std::size_t>(r.end)])];
   for (index_t& x : expected.row_begin) x = std::clamp(x, lo, hi) - lo;
   expected.col.assign(t.col.begin() + lo, t.col.begin() + hi);
   expected.val.assign(t.val.begin() + lo, t.val.begin() + hi);
-  CHECK(part.sparse->nnz() == hi - lo);
-  CHECK(*part.sparse == expected);
+  expected.held = r;
+  CHECK(part.sparse()->nnz() == hi - lo);
+  CHECK(*part.sparse() == expected);
 }
 
 /// What a shard computes at two points and two directions.
@@ -149,8 +149,8 @@ Partials shard_partials(const std::shared_ptr<const Model>& model, BinRange r, c
 }
 
 /// The fit-level check: a shard over bins r of the part evaluates exactly (bitwise) as one over the same bins of
-/// the whole model, with both storages where the model is dense (storage::Sparse converts the held rows), with
-/// bin-by-bin statistics per bin and per cell.
+/// the whole model, with both storages where the model is dense (Model::make_sparse stores a copy's held rows
+/// sparsely), with bin-by-bin statistics per bin and per cell.
 void check_same_partials(const std::shared_ptr<const Model>& full, const std::shared_ptr<const Model>& part, BinRange r) {
   LikelihoodOptions per_cell;
   per_cell.bin_by_bin.mode = BinByBinMode::full;
@@ -161,8 +161,14 @@ void check_same_partials(const std::shared_ptr<const Model>& full, const std::sh
       CHECK(a.grad == b.grad);
       CHECK(a.hvp == b.hvp);
     };
-    check(shard_partials<storage::Sparse>(full, r, opts), shard_partials<storage::Sparse>(part, r, opts));
-    if (!full->sparse) check(shard_partials<storage::Dense>(full, r, opts), shard_partials<storage::Dense>(part, r, opts));
+    const auto sparse = [](const std::shared_ptr<const Model>& m) {
+      if (m->sparse()) return m;
+      auto s = std::make_shared<Model>(*m);
+      s->make_sparse();
+      return std::shared_ptr<const Model>(std::move(s));
+    };
+    check(shard_partials<storage::Sparse>(sparse(full), r, opts), shard_partials<storage::Sparse>(sparse(part), r, opts));
+    if (!full->sparse()) check(shard_partials<storage::Dense>(full, r, opts), shard_partials<storage::Dense>(part, r, opts));
   }
 }
 
@@ -181,7 +187,7 @@ void check_parts(const std::string& path, const std::vector<index_t>& counts) {
     for (const BinRange& r : ranges) {
       INFO("bins [" << r.begin << ", " << r.end << ")");
       const RabbitTensor t = read_rabbit(file, {.bins = r});
-      CHECK(t.sparse == whole.sparse);
+      CHECK(t.model.templates.index() == whole.model.templates.index());
       CHECK(t.pseudodata == whole.pseudodata);
       check_part(*full, t.model, r);
       check_same_partials(full, std::make_shared<const Model>(t.model), r);
@@ -207,7 +213,7 @@ TEST_CASE("io: rabbit_partition and RabbitReadOptions::bins on rabbit's example 
     const std::string path = dir / "sparse_symmetric.hdf5";
     write_rabbit(path, m, {.asymmetric_layout = false});
     const RabbitTensor t = read_rabbit(path);
-    REQUIRE(t.sparse);
+    REQUIRE(t.model.sparse());
     REQUIRE(t.model.symmetric);
     check_parts(path, {1, 2, 3, 60});
   }
@@ -225,7 +231,7 @@ TEST_CASE("io: parts of written tensors stored in several chunks, with uneven wo
   SECTION("sparse, thinned towards the last bins") {
     Model m = writable_random_model({.bins = 1200, .masked_bins = 40, .procs = 3, .nsyst = 50, .unconstrained = 2, .template_stats = true, .seed = 8});
     thin_and_make_sparse(m, 9);
-    REQUIRE(m.sparse->nnz() > 131072);  // more than one chunk of the writer's (1 MiB of int64 pairs or doubles)
+    REQUIRE(m.sparse()->nnz() > 131072);  // more than one chunk of the writer's (1 MiB of int64 pairs or doubles)
     const std::string path = dir / "sparse.hdf5";
     write_rabbit(path, m);
     check_parts(path, {1, 2, 3, 7});
@@ -243,19 +249,19 @@ TEST_CASE("io: parts of written tensors stored in several chunks, with uneven wo
       const auto f = hdf5::File::open(path, hdf5::Access::read_write);
       const auto cells = hdf5::read_int64s(f, "hlogk_sparse/indices").values;
       auto values = hdf5::read_doubles(f, "hlogk_sparse/values");
-      const SparseTemplates& t = *m.sparse;
+      const SparseTemplates& t = *m.sparse();
       const auto zero_from = static_cast<std::size_t>(t.bin_begin[150]);  // the cells of bins 150 and on
       for (std::size_t k = 0; k < values.values.size(); ++k)
         if (static_cast<std::size_t>(cells[2 * k]) >= zero_from && k % 4 != 0) values.values[k] = 0.0;
       put_flat(f, "hlogk_sparse/values", values.values, values.shape);
     }
     const RabbitTensor t = read_rabbit(path);
-    CHECK(t.model.sparse->nnz() < m.sparse->nnz());
+    CHECK(t.model.sparse()->nnz() < m.sparse()->nnz());
     // Counting the stored entries would move the split: the zeros sit in the second half of the bins.
     std::vector<index_t> stored(300, 0);
     for (index_t b = 0; b < 300; ++b)
-      for (index_t i = m.sparse->bin_begin[static_cast<std::size_t>(b)]; i < m.sparse->bin_begin[static_cast<std::size_t>(b + 1)]; ++i)
-        stored[static_cast<std::size_t>(b)] += m.sparse->row_begin[static_cast<std::size_t>(i + 1)] - m.sparse->row_begin[static_cast<std::size_t>(i)] + 1;
+      for (index_t i = m.sparse()->bin_begin[static_cast<std::size_t>(b)]; i < m.sparse()->bin_begin[static_cast<std::size_t>(b + 1)]; ++i)
+        stored[static_cast<std::size_t>(b)] += m.sparse()->row_begin[static_cast<std::size_t>(i + 1)] - m.sparse()->row_begin[static_cast<std::size_t>(i)] + 1;
     CHECK(fitlib::detail::split_work(stored, 0, 310, 3) != partition_bins(t.model, 3));
     check_parts(path, {1, 2, 3, 5});
   }
@@ -265,7 +271,7 @@ TEST_CASE("io: rabbit_partition streams a sparse tensor of more than one read's 
   TempDir dir;
   Model m = writable_random_model({.bins = 15000, .masked_bins = 500, .procs = 4, .nsyst = 19, .asymmetric = false, .seed = 11});
   m.make_sparse();
-  REQUIRE(static_cast<std::size_t>(m.sparse->nnz()) > io::detail::rabbit::Reader::stream_rows);
+  REQUIRE(static_cast<std::size_t>(m.sparse()->nnz()) > io::detail::rabbit::Reader::stream_rows);
   const std::string path = dir / "large.hdf5";
   write_rabbit(path, m, {.asymmetric_layout = false});
   check_parts(path, {1, 4});

@@ -112,8 +112,7 @@ void read_or_fitlib_error(const std::string& path) {
 TEST_CASE("io: read_rabbit reads the dense asymmetric example tensor", "[io][rabbit]") {
   const RabbitTensor t = read_rabbit(dense_file);
   const Model& m = t.model;
-  CHECK_FALSE(t.sparse);
-  CHECK_FALSE(m.sparse);
+  CHECK_FALSE(m.sparse());
   CHECK(t.path == dense_file);
   CHECK(t.sha256 == "57b302ecc851e008454873be053f59c08e6a316b2f066c9d93282272c3eb0a48");
   CHECK(m.nbins() == 60);
@@ -134,8 +133,8 @@ TEST_CASE("io: read_rabbit reads the dense asymmetric example tensor", "[io][rab
   CHECK(m.systematics[11].name == "slope_signal_ch1");
   CHECK_FALSE(m.symmetric);
   CHECK(m.systematic_type == SystematicType::log_normal);
-  CHECK(m.nominal.size() == 70 * 3);
-  CHECK(m.logk.size() == 70 * 3 * 2 * 12);
+  CHECK(m.dense()->nominal.size() == 70 * 3);
+  CHECK(m.dense()->logk.size() == 70 * 3 * 2 * 12);
   CHECK(m.constraint_weights == std::vector<double>{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
   CHECK(m.theta0 == std::vector<double>(12, 0.0));
   CHECK(m.poi_default == std::vector<double>{1.0});
@@ -158,12 +157,12 @@ TEST_CASE("io: read_rabbit reads the dense asymmetric example tensor", "[io][rab
 
   // Bit-for-bit the file's arrays, in rabbit's (and Model's) row-major layout.
   const auto f = hdf5::File::open(dense_file);
-  CHECK(m.nominal == hdf5::read_doubles(f, "hnorm").values);
-  CHECK(m.logk == hdf5::read_doubles(f, "hlogk").values);
+  CHECK(m.dense()->nominal == hdf5::read_doubles(f, "hnorm").values);
+  CHECK(m.dense()->logk == hdf5::read_doubles(f, "hlogk").values);
   CHECK(m.sumw2 == hdf5::read_doubles(f, "hsumw2").values);
   CHECK(m.data_covariance_inverse == hdf5::read_doubles(f, "hdata_cov_inv").values);
-  CHECK(m.nominal[1] == Approx(547.46857015).epsilon(1e-10));  // bin 0, bkg (structure dump)
-  CHECK(m.nominal[0] == 0.0);                                  // no signal in bin 0
+  CHECK(m.dense()->nominal[1] == Approx(547.46857015).epsilon(1e-10));  // bin 0, bkg (structure dump)
+  CHECK(m.dense()->nominal[0] == 0.0);                                  // no signal in bin 0
 }
 
 TEST_CASE("io: read_rabbit reads the symmetric example tensor", "[io][rabbit]") {
@@ -173,7 +172,7 @@ TEST_CASE("io: read_rabbit reads the symmetric example tensor", "[io][rabbit]") 
   REQUIRE(m.nsyst() == 13);
   CHECK(m.systematics[5].name == "slope_2_signal_ch1SymAvg");
   CHECK(m.systematics[12].name == "slope_signal_ch1");
-  CHECK(m.logk.size() == 70 * 3 * 13);
+  CHECK(m.dense()->logk.size() == 70 * 3 * 13);
   CHECK(m.nois == std::vector<index_t>{1, 11});
   CHECK(m.constraint_weights.size() == 13);
   CHECK(m.groups[4].members == std::vector<index_t>{11, 0, 12, 7, 10, 9, 5, 8, 6});
@@ -183,25 +182,21 @@ TEST_CASE("io: read_rabbit reads the symmetric example tensor", "[io][rabbit]") 
 TEST_CASE("io: dense and sparse example tensors give the same model and likelihood", "[io][rabbit]") {
   const RabbitTensor d = read_rabbit(dense_file);
   const RabbitTensor s = read_rabbit(sparse_file);
-  CHECK(s.sparse);
-  REQUIRE(s.model.sparse);
-  CHECK(s.model.nominal.empty());
-  CHECK(s.model.logk.empty());
-  CHECK(s.model.sparse->ncells() == 130);
-  CHECK(s.model.sparse->nnz() == 462);
-  CHECK(s.model.sparse->ncoef == 24);
+  REQUIRE(s.model.sparse());
+  CHECK_FALSE(s.model.dense());
+  CHECK(s.model.sparse()->ncells() == 130);
+  CHECK(s.model.sparse()->nnz() == 462);
+  CHECK(s.model.sparse()->ncoef == 24);
   CHECK_FALSE(s.model.symmetric);
-  CHECK(s.model.nominal_yields() == d.model.nominal);
-  CHECK(s.model.sparse->dense_logk() == d.model.logk);
+  CHECK(s.model.nominal_yields() == d.model.dense()->nominal);
+  CHECK(s.model.sparse()->dense_logk() == d.model.dense()->logk);
   test::check_same_model(s.model, d.model);
   CHECK(s.pseudodata == d.pseudodata);
 
   SerialLikelihood dense(d.model);
   SparseSerialLikelihood sparse(s.model);
   Model densified = s.model;  // the sparse model's templates, stored densely
-  densified.nominal = s.model.nominal_yields();
-  densified.logk = s.model.sparse->dense_logk();
-  densified.sparse.reset();
+  densified.templates = DenseTemplates{s.model.nominal_yields(), s.model.sparse()->dense_logk(), {}};
   SerialLikelihood dense_again(std::move(densified));
   auto x = dense.default_parameters();
   REQUIRE(x.size() == 13);
@@ -279,8 +274,8 @@ TEST_CASE("io: read_rabbit reads Blosc2-compressed tensors with a plugin and exp
   const RabbitTensor b = read_rabbit(blosc2_file);
   const RabbitTensor g = read_rabbit(symmetric_file);  // the same tensor, gzip-compressed
   hdf5::set_plugin_search_path(saved);
-  CHECK(b.model.nominal == g.model.nominal);
-  CHECK(b.model.logk == g.model.logk);
+  CHECK(b.model.dense()->nominal == g.model.dense()->nominal);
+  CHECK(b.model.dense()->logk == g.model.dense()->logk);
   CHECK(b.model.symmetric == g.model.symmetric);
   test::check_same_model(b.model, g.model);
   CHECK(b.pseudodata == g.pseudodata);
@@ -458,7 +453,7 @@ TEST_CASE("io: read_rabbit accepts what rabbit accepts", "[io][rabbit]") {
   SECTION("negative yields with allow_negative_yields") {
     const auto path = mutated(dense_file, dir / "negative.hdf5", [](const auto& f) { edit_doubles(f, "hnorm", [](auto& v) { v[2] = -3; }); });
     const RabbitTensor t = read_rabbit(path, {.allow_negative_yields = true});
-    CHECK(t.model.nominal[2] == -3);
+    CHECK(t.model.dense()->nominal[2] == -3);
     CHECK(t.model.allow_negative_yields);
   }
   SECTION("systematic_type from the options, for a file without meta") {  // with meta: tests/io/test_pickle.cpp
@@ -481,7 +476,7 @@ TEST_CASE("io: read_rabbit accepts what rabbit accepts", "[io][rabbit]") {
       for (std::size_t b = 0; b < 70; ++b) {
         double w = 0, w2 = 0;
         for (std::size_t p = 0; p < 3; ++p) {
-          w += m.nominal[b * 3 + p];
+          w += m.dense()->nominal[b * 3 + p];
           w2 += m.sumw2[b * 3 + p];
         }
         kstat[b] = w2 > 0 ? w * w / w2 : 0.0;
@@ -498,7 +493,7 @@ TEST_CASE("io: read_rabbit accepts what rabbit accepts", "[io][rabbit]") {
       for (std::size_t p = 0; p < 3; ++p) {
         a += t.model.sumw2[b * 3 + p];
         r += ref.model.sumw2[b * 3 + p];
-        if (ref.model.nominal[b * 3 + p] == 0) CHECK(t.model.sumw2[b * 3 + p] == 0);
+        if (ref.model.dense()->nominal[b * 3 + p] == 0) CHECK(t.model.sumw2[b * 3 + p] == 0);
       }
       CHECK(a == Approx(r).epsilon(1e-12));
     }

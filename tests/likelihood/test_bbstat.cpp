@@ -125,7 +125,7 @@ TEST_CASE("profiled β is the conditional minimum, with exact first and second d
   for (index_t i = 0; i < model.nbins(); ++i) {
     // Cell yields away from the nominal ones, as during a fit; bin 3 has exact templates (β fixed).
     std::vector<double> m(static_cast<std::size_t>(P));
-    for (index_t p = 0; p < P; ++p) m[static_cast<std::size_t>(p)] = model.nominal[static_cast<std::size_t>(i * P + p)] * unif(rng);
+    for (index_t p = 0; p < P; ++p) m[static_cast<std::size_t>(p)] = model.dense()->nominal[static_cast<std::size_t>(i * P + p)] * unif(rng);
     const double n = model.data[static_cast<std::size_t>(i)], var = model.data_variance[static_cast<std::size_t>(i)];
     const double aux = term == DataTerm::poisson ? (n > 0 ? 1 / n : 0.0) : 1 / var;
     INFO("bin " << i << ", n = " << n);
@@ -212,7 +212,7 @@ TEST_CASE("zero-variance processes: rabbit 0.2.5's convention scales them, the c
   const Model with_exact = bb_model(SystematicType::log_normal, true);  // process 1 has sumw2 = 0 in every other bin
   Model without_exact = with_exact;
   for (std::size_t c = 0; c < without_exact.sumw2.size(); ++c)
-    if (without_exact.sumw2[c] == 0) without_exact.sumw2[c] = without_exact.nominal[c] * without_exact.nominal[c] / 7.0;
+    if (without_exact.sumw2[c] == 0) without_exact.sumw2[c] = without_exact.dense()->nominal[c] * without_exact.dense()->nominal[c] / 7.0;
   auto options = [&](BinByBinMode mode, ZeroVarianceProcesses zv) {
     LikelihoodOptions o;
     o.bin_by_bin.mode = mode;
@@ -244,8 +244,8 @@ TEST_CASE("zero-variance processes: rabbit 0.2.5's convention scales them, the c
   double sw_all = 0, sw_var = 0, v = 0;
   for (index_t p = 0; p < P; ++p) {
     const auto c = static_cast<std::size_t>(b * P + p);
-    sw_all += with_exact.nominal[c];
-    sw_var += with_exact.sumw2[c] > 0 ? with_exact.nominal[c] : 0.0;
+    sw_all += with_exact.dense()->nominal[c];
+    sw_var += with_exact.sumw2[c] > 0 ? with_exact.dense()->nominal[c] : 0.0;
     v += with_exact.sumw2[c];
   }
   if (type != BinByBinType::normal_additive) {

@@ -224,14 +224,14 @@ TEST_CASE("masked channels: yields computed, data term untouched", "[likelihood]
   // A masked bin's yields follow the same formula as any other bin.
   const index_t P = model.nprocs(), S = model.nsyst(), b = model.nbins_full() - 1;
   for (index_t p = 0; p < P; ++p) {
-    const double* row = model.logk.data() + (b * P + p) * 2 * S;
+    const double* row = model.dense()->logk.data() + (b * P + p) * 2 * S;
     double L = 0;
     for (index_t s = 0; s < S; ++s) L += x[static_cast<std::size_t>(1 + s)] * row[s] + asymmetric_interpolation(x[static_cast<std::size_t>(1 + s)]).g * row[S + s];
     const double r = p == 0 ? x[0] * x[0] : 1.0;
-    CHECK(nu[static_cast<std::size_t>(b * P + p)] == Approx(r * model.nominal[static_cast<std::size_t>(b * P + p)] * std::exp(L)).epsilon(1e-13));
+    CHECK(nu[static_cast<std::size_t>(b * P + p)] == Approx(r * model.dense()->nominal[static_cast<std::size_t>(b * P + p)] * std::exp(L)).epsilon(1e-13));
   }
   // Changing the masked templates changes neither the value nor the gradient.
-  for (index_t c = model.nbins() * P; c < model.nbins_full() * P; ++c) model.nominal[static_cast<std::size_t>(c)] *= 3.0;
+  for (index_t c = model.nbins() * P; c < model.nbins_full() * P; ++c) model.dense()->nominal[static_cast<std::size_t>(c)] *= 3.0;
   SerialLikelihood changed(model);
   CHECK(changed.value(x) == f);
   CHECK(gradient_of(changed, x) == g);

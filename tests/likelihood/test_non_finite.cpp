@@ -50,8 +50,8 @@ TEST_CASE("explain_non_finite: a bin with zero expectation and observed events",
     Model m = base_model(template_stats);
     const index_t P = m.nprocs(), nc = m.ncoef(), b = 6;
     for (index_t p = 0; p < P; ++p) {
-      m.nominal[static_cast<std::size_t>(b * P + p)] = 0;
-      std::fill_n(m.logk.begin() + (b * P + p) * nc, nc, 0.0);
+      m.dense()->nominal[static_cast<std::size_t>(b * P + p)] = 0;
+      std::fill_n(m.dense()->logk.begin() + (b * P + p) * nc, nc, 0.0);
     }
     m.data[static_cast<std::size_t>(b)] = 25;
     SerialLikelihood nll(m);
@@ -70,7 +70,7 @@ TEST_CASE("explain_non_finite: a bin with zero expectation and observed events",
 TEST_CASE("explain_non_finite: an expectation too small for the data", "[likelihood][non_finite]") {
   Model m = base_model(false);
   const index_t P = m.nprocs(), b = 4;
-  for (index_t p = 0; p < P; ++p) m.nominal[static_cast<std::size_t>(b * P + p)] = 1e-310;  // denormal
+  for (index_t p = 0; p < P; ++p) m.dense()->nominal[static_cast<std::size_t>(b * P + p)] = 1e-310;  // denormal
   m.data[static_cast<std::size_t>(b)] = 30;
   SerialLikelihood nll(m);
   const std::string why = nll.explain_non_finite(nll.default_parameters());
@@ -82,7 +82,7 @@ TEST_CASE("explain_non_finite: an expectation too small for the data", "[likelih
 TEST_CASE("explain_non_finite: a logk of 1e300 overflows the gradient, not the NLL", "[likelihood][non_finite]") {
   Model m = base_model(true);
   const index_t P = m.nprocs(), nc = m.ncoef(), b = 2, p = 1, s = 2;  // syst3 is centred at 0.2, syst2 at 0
-  m.logk[static_cast<std::size_t>((b * P + p) * nc + s)] = 1e300;
+  m.dense()->logk[static_cast<std::size_t>((b * P + p) * nc + s)] = 1e300;
   SerialLikelihood nll(m);
   const auto x = nll.default_parameters();  // θ₂ = 0 there, so the yields stay finite
   REQUIRE(std::isfinite(nll.value(x)));
@@ -97,7 +97,7 @@ TEST_CASE("explain_non_finite: a logk of 1e300 overflows the gradient, not the N
 TEST_CASE("explain_non_finite: an extreme nominal yield", "[likelihood][non_finite]") {
   Model m = base_model(false);
   const index_t P = m.nprocs(), b = 7, p = 1;
-  m.nominal[static_cast<std::size_t>(b * P + p)] = 1e300;
+  m.dense()->nominal[static_cast<std::size_t>(b * P + p)] = 1e300;
   SerialLikelihood nll(m);
   const std::string why = nll.explain_non_finite(nll.default_parameters());
   INFO(why);

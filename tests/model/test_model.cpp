@@ -46,17 +46,17 @@ TEST_CASE("ModelBuilder lays the model out as rabbit does", "[model]") {
   REQUIRE(!m.symmetric);
   // bkg is process 1; its row in bin 0 is [K_shape, K_free, H_shape, H_free].
   const double lu = std::log(12.0 / 10.0), ld = -std::log(9.0 / 10.0);
-  const double* row = m.logk.data() + (0 * 2 + 1) * 4;
+  const double* row = m.dense()->logk.data() + (0 * 2 + 1) * 4;
   CHECK(row[0] == Approx(0.5 * (lu + ld)).epsilon(1e-15));
   CHECK(row[2] == Approx(0.5 * (lu - ld)).epsilon(1e-15));
   CHECK(row[1] == 0.0);
   // Bin 1: up = nominal so ℓu = 0.
-  CHECK(m.logk[(1 * 2 + 1) * 4 + 0] == Approx(-0.5 * std::log(18.0 / 20.0)).epsilon(1e-15));
+  CHECK(m.dense()->logk[(1 * 2 + 1) * 4 + 0] == Approx(-0.5 * std::log(18.0 / 20.0)).epsilon(1e-15));
   // rabbit's conventions: a vanishing log-normal variation becomes ln(1e-3).
   ModelBuilder zero;
   zero.add_channel("c", 1).add_process("p").add_systematic("s").set_nominal("c", "p", std::vector{2.0}).set_data("c", std::vector{2.0});
   zero.add_shape_variation("s", "c", "p", std::vector{0.0});
-  CHECK(zero.build().logk[0] == Approx(std::log(1e-3)));
+  CHECK(zero.build().dense()->logk[0] == Approx(std::log(1e-3)));
 }
 
 TEST_CASE("ModelBuilder lays template variances out like the nominal yields", "[model]") {
@@ -74,10 +74,10 @@ TEST_CASE("Symmetrize modes", "[model]") {
   };
   const double lu = std::log(1.3), ld = -std::log(0.9);
   CHECK(first_entry(Symmetrize::average).symmetric);
-  CHECK(first_entry(Symmetrize::average).logk[0] == Approx(0.5 * (lu + ld)));
-  CHECK(first_entry(Symmetrize::conservative).logk[0] == Approx(lu));
+  CHECK(first_entry(Symmetrize::average).dense()->logk[0] == Approx(0.5 * (lu + ld)));
+  CHECK(first_entry(Symmetrize::conservative).dense()->logk[0] == Approx(lu));
   const Model none = first_entry(Symmetrize::none);
-  CHECK(none.logk == std::vector{0.5 * (lu + ld), 0.5 * (lu - ld)});
+  CHECK(none.dense()->logk == std::vector{0.5 * (lu + ld), 0.5 * (lu - ld)});
 }
 
 TEST_CASE("bad input raises model_error naming the item", "[model][validation]") {
@@ -93,8 +93,8 @@ TEST_CASE("bad input raises model_error naming the item", "[model][validation]")
     CHECK_THROWS_WITH(basic().add_shape_variation("jes", "sr", "sig", std::vector{1.0, 2.0, 3.0}, std::vector{1.0}),
                       Contains("down variation of systematic 'jes'"));
     Model m = test::random_model({});
-    m.logk.pop_back();
-    CHECK_THROWS_WITH(m.validate(), Contains("Model::logk") && Contains("nbins_full × nprocs × 2 × nsyst"));
+    m.dense()->logk.pop_back();
+    CHECK_THROWS_WITH(m.validate(), Contains("Model::templates' logk") && Contains("nbins_full × nprocs × 2 × nsyst"));
     m = test::random_model({});
     m.data.push_back(1.0);
     CHECK_THROWS_WITH(m.validate(), Contains("Model::data"));
@@ -117,7 +117,7 @@ TEST_CASE("bad input raises model_error naming the item", "[model][validation]")
     md.set_data("cr", std::vector{1.0, not_a_number});
     CHECK_THROWS_WITH(md.build(), Contains("observed count in channel 'cr' bin 1"));
     Model m = test::random_model({});
-    m.logk[5] = not_a_number;
+    m.dense()->logk[5] = not_a_number;
     CHECK_THROWS_WITH(m.validate(), Contains("systematic 'syst0'") && Contains("not finite"));
   }
   SECTION("negative yields: an error unless allowed") {
@@ -138,7 +138,7 @@ TEST_CASE("bad input raises model_error naming the item", "[model][validation]")
     CHECK_THROWS_WITH(mb.build(), Contains("systematic 'jes'") && Contains("process 'sig'") && Contains("channel 'cr' bin 1") &&
                                       Contains("nominal yield is zero"));
     Model m = test::random_model({});  // the last process is absent in bin 1
-    m.logk[static_cast<std::size_t>((1 * 3 + 2) * m.ncoef())] = 0.1;
+    m.dense()->logk[static_cast<std::size_t>((1 * 3 + 2) * m.ncoef())] = 0.1;
     CHECK_THROWS_WITH(m.validate(), Contains("process 'bkg2' in channel 'ch0' bin 1") && Contains("nominal yield is zero"));
   }
   SECTION("duplicate and unknown names") {

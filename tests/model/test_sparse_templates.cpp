@@ -161,6 +161,29 @@ TEST_CASE("SparseTemplates round trip dense → sparse → dense is exact", "[mo
                          static_cast<std::size_t>(t.ncells() + t.nnz()) * sizeof(double));
 }
 
+TEST_CASE("SparseTemplates::from_dense of some bins' rows keeps those rows and the held bins", "[model][sparse]") {
+  const Dense d = random_dense(53, 5, 7, true, 4);
+  const SparseTemplates whole = SparseTemplates::from_dense(d.nbins, d.nprocs, d.ncoef, d.nominal, d.logk);
+  const BinRange held{11, 30};
+  const auto row = static_cast<std::size_t>(d.nprocs * d.ncoef);
+  const std::vector<double> rows(d.logk.begin() + static_cast<std::ptrdiff_t>(held.begin * row),
+                                 d.logk.begin() + static_cast<std::ptrdiff_t>(held.end * row));
+  const SparseTemplates part = SparseTemplates::from_dense(d.nbins, d.nprocs, d.ncoef, d.nominal, rows, held);
+  REQUIRE_NOTHROW(part.validate());
+  REQUIRE(part.held == held);
+  CHECK(part.cell_nominal == whole.cell_nominal);  // every cell
+  CHECK(part.cell_process == whole.cell_process);
+  const auto first = [&](const SparseTemplates& t, index_t b) { return t.row_begin[static_cast<std::size_t>(t.bin_begin[static_cast<std::size_t>(b)])]; };
+  CHECK(first(part, held.begin) == 0);  // no rows before the held bins
+  CHECK(part.nnz() == first(whole, held.end) - first(whole, held.begin));
+  CHECK(part.val == std::vector<double>(whole.val.begin() + first(whole, held.begin), whole.val.begin() + first(whole, held.end)));
+  REQUIRE_THROWS_WITH(SparseTemplates::from_dense(d.nbins, d.nprocs, d.ncoef, d.nominal, d.logk, held), Contains("dense logk has") && Contains("held bins"));
+  REQUIRE_THROWS_WITH(SparseTemplates::from_dense(d.nbins, d.nprocs, d.ncoef, d.nominal, rows, BinRange{40, 60}), Contains("outside the tensor's 53 bins"));
+  SparseTemplates stray = whole;  // rows outside the held bins
+  stray.held = held;
+  REQUIRE_THROWS_WITH(stray.validate(), Contains("outside held [11, 30)") && Contains("must be empty"));
+}
+
 TEST_CASE("SparseTemplates of an empty tensor", "[model][sparse]") {
   const SparseTemplates t = SparseTemplates::from_coo(3, 2, 0, {}, {}, {}, {});
   REQUIRE_NOTHROW(t.validate());

@@ -36,7 +36,7 @@ Model grouped_model(bool template_stats) {
   // Data near the nominal expectation (μ̂ ≈ 1, away from the boundary), one empty bin.
   for (index_t b = 0; b < m.nbins(); ++b) {
     double nu = 0;
-    for (index_t p = 0; p < m.nprocs(); ++p) nu += m.nominal[static_cast<std::size_t>(b * m.nprocs() + p)];
+    for (index_t p = 0; p < m.nprocs(); ++p) nu += m.dense()->nominal[static_cast<std::size_t>(b * m.nprocs() + p)];
     m.data[static_cast<std::size_t>(b)] = b == 5 ? 0.0 : std::round(nu * (1 + 0.1 * std::sin(1.7 * static_cast<double>(b))));
   }
   m.groups = {{"first", {1, 2}}, {"second", {3, 4}}, {"all", {0, 1, 2, 3, 4}}};
@@ -130,7 +130,7 @@ TEST_CASE("postfit: the bin-by-bin split holds β at β̂ exactly as scaled temp
   Model scaled = m;
   for (index_t b = 0; b < m.nbins(); ++b)
     for (index_t p = 0; p < m.nprocs(); ++p)
-      if (m.sumw2[static_cast<std::size_t>(b * m.nprocs() + p)] > 0) scaled.nominal[static_cast<std::size_t>(b * m.nprocs() + p)] *= beta[static_cast<std::size_t>(b)];
+      if (m.sumw2[static_cast<std::size_t>(b * m.nprocs() + p)] > 0) scaled.dense()->nominal[static_cast<std::size_t>(b * m.nprocs() + p)] *= beta[static_cast<std::size_t>(b)];
   scaled.sumw2.clear();
   SerialLikelihood fixed(scaled, {}, linear_poi(false));
   // The scaled model's gradient vanishes at x̂ too (envelope theorem), so x̂ is its minimum.
@@ -209,7 +209,7 @@ TEST_CASE("postfit: the bin-by-bin part of global impacts follows dβ̂/dx", "[p
           for (index_t p = per == 1 ? 0 : e; p < (per == 1 ? P : e + 1); ++p) {
             const auto c = static_cast<std::size_t>(b * P + p);
             if (m.sumw2[c] > 0) {
-              sw += m.nominal[c];
+              sw += m.dense()->nominal[c];
               s2 += m.sumw2[c];
             }
           }
@@ -234,8 +234,8 @@ TEST_CASE("postfit: impacts are NaN, not 0, when the covariance failed", "[postf
     Model m = grouped_model(template_stats);
     const index_t P = m.nprocs(), nc = m.ncoef();
     for (index_t b = 0; b < m.nbins_full(); ++b) {
-      m.nominal[static_cast<std::size_t>(b * P)] = 0;
-      std::fill_n(m.logk.begin() + (b * P) * nc, nc, 0.0);
+      m.dense()->nominal[static_cast<std::size_t>(b * P)] = 0;
+      std::fill_n(m.dense()->logk.begin() + (b * P) * nc, nc, 0.0);
     }
     SerialLikelihood nll(m, {}, linear_poi(template_stats));
     const FitResult best = fit(nll, tight());

@@ -70,7 +70,7 @@ TEST_CASE("replica uses: toy pulls from one batch are standard normal", "[replic
   ToyOptions gauss;
   gauss.data = DataRandomization::normal;
   Model large = m;  // Gaussian toys of counts in the thousands never go negative
-  for (double& n : large.nominal) n *= 100;
+  for (double& n : large.dense()->nominal) n *= 100;
   for (double& n : large.data) n *= 100;
   for (const Case& c : {Case{"poisson, frequentist", DataTerm::poisson, ToyOptions{}}, Case{"poisson, bayesian", DataTerm::poisson, bayes},
                         Case{"gaussian, frequentist", DataTerm::chisq, gauss}}) {
@@ -159,7 +159,7 @@ TEST_CASE("replica uses: bootstrap and covariance replicas reproduce the uncerta
     // centres: the spread of μ̂ is the global impacts' "stat" part (the data's share), to the
     // statistical precision of 500 replicas (3 %; the model is close to linear at these counts).
     Model large = m;
-    for (double& n : large.nominal) n *= 100;
+    for (double& n : large.dense()->nominal) n *= 100;
     for (double& n : large.data) n *= 100;
     SerialLikelihood chi2(large, {}, linear(DataTerm::chisq));
     const FitResult fitted = fit(chi2, tight());
@@ -313,11 +313,11 @@ TEST_CASE("replica uses: n3fit-style training with early stopping and positivity
   Model m = test::random_model(sp);
   const index_t P = m.nprocs();
   for (index_t b = m.nbins(); b < m.nbins_full(); ++b) {
-    m.nominal[static_cast<std::size_t>(b * P + 1)] = 0;
-    std::fill_n(m.logk.begin() + (b * P + 1) * m.ncoef(), m.ncoef(), 0.0);
+    m.dense()->nominal[static_cast<std::size_t>(b * P + 1)] = 0;
+    std::fill_n(m.dense()->logk.begin() + (b * P + 1) * m.ncoef(), m.ncoef(), 0.0);
   }
   for (index_t b = 0; b < m.nbins(); ++b) {
-    const double bkg = m.nominal[static_cast<std::size_t>(b * P + 1)], sig = m.nominal[static_cast<std::size_t>(b * P)];
+    const double bkg = m.dense()->nominal[static_cast<std::size_t>(b * P + 1)], sig = m.dense()->nominal[static_cast<std::size_t>(b * P)];
     m.data[static_cast<std::size_t>(b)] = std::round(std::max(0.0, bkg - 0.6 * sig));
   }
   SerialLikelihood nll(m, {}, linear());

@@ -121,10 +121,10 @@ class Exchange {
   explicit Exchange(MPI_Comm comm) : comm_(comm), rank_(rank_of(comm)), size_(size_of(comm)) {}
   index_t rank() const { return rank_; }
   index_t size() const { return size_; }
-  /// This rank's bins: those its model holds when it was read for this rank (Model::logk_bins),
+  /// This rank's bins: those its model holds when it was read for this rank (Model::held),
   /// else its part of partition_bins over the ranks.
   BinRange bins(const Model& m) const {
-    if (m.logk_bins) return *m.logk_bins;
+    if (m.held()) return *m.held();
     return partition_bins(m, size_)[static_cast<std::size_t>(rank_)];
   }
   template <class T>

@@ -26,11 +26,12 @@ inline index_t dense_bin_work(index_t nprocs, index_t ncoef) { return nprocs * (
 inline std::vector<index_t> bin_work(const Model& model) {
   const index_t nb = model.nbins();
   std::vector<index_t> w(static_cast<std::size_t>(nb));
-  if (!model.sparse) {
+  const SparseTemplates* sp = model.sparse();
+  if (!sp) {
     std::fill(w.begin(), w.end(), dense_bin_work(model.nprocs(), model.ncoef()));
     return w;
   }
-  const SparseTemplates& t = *model.sparse;
+  const SparseTemplates& t = *sp;
   for (index_t b = 0; b < nb; ++b) {
     const index_t c0 = t.bin_begin[static_cast<std::size_t>(b)], c1 = t.bin_begin[static_cast<std::size_t>(b + 1)];
     w[static_cast<std::size_t>(b)] = t.row_begin[static_cast<std::size_t>(c1)] - t.row_begin[static_cast<std::size_t>(c0)] + (c1 - c0);
@@ -68,7 +69,7 @@ inline std::vector<BinRange> split_work(std::span<const index_t> w, index_t begi
 /// work (bin_work) in their unmasked bins, never splitting a bin (detail::split_work). The masked
 /// bins, which cost nothing in the data term, join the last range. The ranges cover `within` once;
 /// the split depends on the model, the range and the count only. A model that holds part of the
-/// tensor (Model::logk_bins) can be split only within the bins it holds.
+/// tensor (the templates' `held`) can be split only within the bins it holds.
 inline std::vector<BinRange> partition_bins(const Model& model, index_t nshards, std::optional<BinRange> within = {}) {
   const index_t nb = model.nbins(), bf = model.nbins_full();
   const BinRange all = within ? *within : BinRange{0, bf}, held = model.held_bins();

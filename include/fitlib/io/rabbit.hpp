@@ -16,6 +16,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "fitlib/core/error.hpp"
@@ -40,7 +41,7 @@ struct RabbitReadOptions {
   /// is skipped (`RabbitTensor::meta_skipped` says why) instead of being a `file_error`.
   std::optional<SystematicType> systematic_type = std::nullopt;
   /// Read the systematic tensor (hlogk, or hlogk_sparse) of these bins only, as one rank of an MPI fit does
-  /// (rabbit_partition gives each rank its range): the model holds just their rows (`Model::logk_bins` = bins),
+  /// (rabbit_partition gives each rank its range): the model holds just their rows (the templates' `held` = bins),
   /// read with HDF5 hyperslab reads, so no rank reads or holds the whole tensor. Bins are numbered as in the
   /// model: all Bf bins, masked ones included. Everything else (nominal yields, data, variances...) is read whole.
   /// Empty: the whole tensor. A range that is empty or not inside [0, Bf) is a `usage_error`.
@@ -57,7 +58,6 @@ struct RabbitMeta {
 /// A rabbit input tensor: the model, ready to fit, and what else the file holds for the fit.
 struct RabbitTensor {
   Model model;                           ///< validated
-  bool sparse = false;                   ///< hnorm_sparse/hlogk_sparse (`model.sparse` is set) vs hnorm/hlogk (dense)
   std::vector<std::string> pseudodata_names;  ///< hpseudodatanames, `[npseudodata]`
   std::vector<double> pseudodata;        ///< hpseudodata, `[nbins × npseudodata]` row-major, possibly empty
   std::vector<double> beta_variations;   ///< hbetavariations, `[nbins_full × nbins × nprocs]`, usually empty
@@ -95,13 +95,13 @@ class Reader {
 
     read_names(m);
     read_data(m);
-    out.sparse = sparse_layout();
-    if (out.sparse)
+    const bool sparse = sparse_layout();  // hnorm_sparse/hlogk_sparse, read as SparseTemplates
+    if (sparse)
       read_sparse_shape();
     else
       read_dense(m);
     read_template_stats(m);
-    if (out.sparse) read_sparse(m);
+    if (sparse) read_sparse(m);
     if (!m.sumw2.empty() && kstat_.size() > 0) sumw2_from_kstat(m);
     read_constraints(m);
     read_data_extras(m);
@@ -111,7 +111,7 @@ class Reader {
     read_external_terms(m);
     if (has("hbetavariations")) out.beta_variations = doubles("hbetavariations", {nbf_, nb_, np_}, "[Bf, B, P]").values;
 
-    m.logk_bins = opt_.bins;
+    std::visit([&](auto& t) { t.held = opt_.bins; }, m.templates);
     m.channels.push_back({"ch0", static_cast<index_t>(nb_), false});
     if (nbf_ > nb_) m.channels.push_back({"ch1_masked", static_cast<index_t>(nbf_ - nb_), true});
     m.theta0.assign(ns_, 0.0);
@@ -386,8 +386,7 @@ class Reader {
             fail("hlogk", "has " + number(v) + " at " + position("hlogk", shape, c * nc + k) +
                               " although hnorm is 0 there; a variation needs a non-zero nominal yield");
     m.symmetric = symmetric_;
-    m.nominal = std::move(norm.values);
-    m.logk = std::move(logk.values);
+    m.templates = DenseTemplates{std::move(norm.values), std::move(logk.values), {}};
   }
 
   std::vector<std::int64_t> dense_shape(const std::string& group, std::size_t rank) const {
@@ -465,7 +464,7 @@ class Reader {
     else
       std::tie(li, lv) = coo("hlogk_sparse");
     try {
-      m.sparse = SparseTemplates::from_coo(static_cast<index_t>(nbf_), static_cast<index_t>(np_), static_cast<index_t>(cols), ni.values, nv.values,
+      m.templates = SparseTemplates::from_coo(static_cast<index_t>(nbf_), static_cast<index_t>(np_), static_cast<index_t>(cols), ni.values, nv.values,
                                            li.values, lv.values, static_cast<index_t>(first));
     } catch (const model_error& e) {
       throw file_error("rabbit tensor '" + f_.file_name() + "': " + e.what());

@@ -119,8 +119,8 @@ inline void write_rabbit(const std::string& path, const Model& m, const RabbitWr
 
   const auto nc = static_cast<std::size_t>(m.ncoef());
   const std::size_t ncw = asym ? 2 * S : S;  // logk columns written
-  if (m.sparse) {
-    const SparseTemplates& t = *m.sparse;
+  if (const SparseTemplates* sp = m.sparse()) {
+    const SparseTemplates& t = *sp;
     std::vector<std::int64_t> ni, li;
     std::vector<double> li_val;
     for (std::size_t b = 0; b < Bf; ++b)
@@ -144,13 +144,14 @@ inline void write_rabbit(const std::string& path, const Model& m, const RabbitWr
     const std::vector<std::int64_t> lshape = {static_cast<std::int64_t>(t.ncells()), static_cast<std::int64_t>(ncw)};
     hdf5::write_attribute(gl, "dense_shape", std::span<const std::int64_t>(lshape));
   } else {
-    write_flat(f, "hnorm", m.nominal, {Bf, P});
+    const DenseTemplates& t = *m.dense();
+    write_flat(f, "hnorm", t.nominal, {Bf, P});
     if (asym == !m.symmetric) {
-      write_flat(f, "hlogk", m.logk, asym ? std::vector<std::size_t>{Bf, P, 2, S} : std::vector<std::size_t>{Bf, P, S});
+      write_flat(f, "hlogk", t.logk, asym ? std::vector<std::size_t>{Bf, P, 2, S} : std::vector<std::size_t>{Bf, P, S});
     } else {  // symmetric model in the asymmetric layout: [K | H = 0] per cell
       std::vector<double> logk(Bf * P * 2 * S, 0.0);
       for (std::size_t c = 0; c < Bf * P; ++c)
-        for (std::size_t s = 0; s < nc; ++s) logk[c * 2 * S + s] = m.logk[c * nc + s];
+        for (std::size_t s = 0; s < nc; ++s) logk[c * 2 * S + s] = t.logk[c * nc + s];
       write_flat(f, "hlogk", logk, {Bf, P, 2, S});
     }
   }

@@ -163,14 +163,13 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   Shard(std::shared_ptr<const Model> model, BinRange bins, resource_type resource = {}, const LikelihoodOptions& opts = {}, index_t index = 0)
       : Identity(std::move(model), bins, resource, index), layer_(resource), data_term_(opts.data_term), cols_(*model_, opts.allow_negative_poi) {
     const Model& m = *model_;
-    if (m.sparse)
-      throw usage_error("the model stores sparse templates; the device-layer shard holds dense ones (read the tensor densely, or use the host shard)");
+    const DenseTemplates& t = detail::tensor_of<storage::Dense>(m);
     P_ = m.nprocs();
     const std::size_t P = static_cast<std::size_t>(P_), nc = static_cast<std::size_t>(m.ncoef());
     const auto row0 = static_cast<std::size_t>(detail::held_row(m, bins));
     const auto cells = static_cast<std::size_t>(bins.size()) * P;
-    layer_.upload(std::span(m.logk).subspan(row0 * P * nc, cells * nc), logk_);
-    layer_.upload(std::span(m.nominal).subspan(static_cast<std::size_t>(bins.begin) * P, cells), nominal_);
+    layer_.upload(std::span(t.logk).subspan(row0 * P * nc, cells * nc), logk_);
+    layer_.upload(std::span(t.nominal).subspan(static_cast<std::size_t>(bins.begin) * P, cells), nominal_);
     const std::vector<index_t> poi = m.poi_of_process();
     layer_.upload(std::span<const index_t>(poi), poi_of_process_);
     const std::vector<double> r0 = detail::default_strengths(m);

@@ -96,7 +96,7 @@ class Likelihood {
                                      failed ? BinRange{} : BinRange{shards_[0].bins().begin, shards_[shards_.size() - 1].bins().end},
                                      model_ ? model_->nbins_full() : 0, failed);
     // Shards whose models hold part of the tensor check together what none can see alone.
-    if (std::any_of(shards_.begin(), shards_.end(), [](const ShardT& s) { return s.model().logk_bins.has_value(); })) {
+    if (std::any_of(shards_.begin(), shards_.end(), [](const ShardT& s) { return s.model().held().has_value(); })) {
       std::vector<index_t> mine(static_cast<std::size_t>(model_->nsyst()), 0), varied(mine.size());
       for (const ShardT& s : shards_) {
         const std::vector<index_t> v = s.model().varied_systematics();
@@ -496,7 +496,7 @@ class Likelihood {
     if (!part) return model_;
     std::shared_ptr<const Model> m = part(bins);
     if (!m || m->nbins_full() != model_->nbins_full() || m->nprocs() != model_->nprocs() || m->nsyst() != model_->nsyst() ||
-        m->symmetric != model_->symmetric || m->sparse.has_value() != model_->sparse.has_value())
+        m->symmetric != model_->symmetric || m->templates.index() != model_->templates.index())
       throw usage_error("the template source gave shard [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) +
                         ") a model of another shape than the likelihood's (bins, processes, systematics, layout); read both from the same tensor");
     m->validate();

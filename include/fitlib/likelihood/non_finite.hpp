@@ -34,8 +34,8 @@ inline bool cell_templates(const Model& m, index_t b, index_t p, double& nominal
   coef.assign(static_cast<std::size_t>(nc), 0.0);
   const BinRange held = m.held_bins();
   const bool rows = b >= held.begin && b < held.end;
-  if (m.sparse) {
-    const SparseTemplates& t = *m.sparse;
+  if (const SparseTemplates* sp = m.sparse()) {
+    const SparseTemplates& t = *sp;
     nominal = 0;
     for (index_t c = t.bin_begin[static_cast<std::size_t>(b)]; c < t.bin_begin[static_cast<std::size_t>(b + 1)]; ++c) {
       if (t.cell_process[static_cast<std::size_t>(c)] != p) continue;
@@ -45,9 +45,10 @@ inline bool cell_templates(const Model& m, index_t b, index_t p, double& nominal
     }
     return rows;
   }
-  nominal = m.nominal[static_cast<std::size_t>(b * P + p)];
+  const DenseTemplates& t = *m.dense();
+  nominal = t.nominal[static_cast<std::size_t>(b * P + p)];
   if (!rows) return false;
-  const double* row = m.logk.data() + ((b - held.begin) * P + p) * nc;
+  const double* row = t.logk.data() + ((b - held.begin) * P + p) * nc;
   std::copy_n(row, nc, coef.begin());
   return true;
 }

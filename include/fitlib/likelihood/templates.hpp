@@ -3,30 +3,60 @@
 #pragma once
 
 #include <algorithm>
-#include <memory>
-#include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/detail/lanes.hpp"
 #include "fitlib/likelihood/cells.hpp"
 #include "fitlib/device/partition.hpp"
+#include "fitlib/model/dense_templates.hpp"
 #include "fitlib/model/model.hpp"
 #include "fitlib/model/sparse_templates.hpp"
 
 namespace fitlib {
 
+/// How a shard's templates are stored: each tag names the tensor type of `Model::templates` its shards
+/// read in place, so the storage is decided once, by the model, and a shard never copies the tensor.
 namespace storage {
 /// Templates stored as the dense matrix `[(bins·procs) × ncoef]`, one row per cell.
-struct Dense {};
+struct Dense {
+  using tensor = DenseTemplates;
+};
 /// Templates stored as rabbit's sparse tensors (§1.3): only the non-zero cells, their logk rows in CSR.
-struct Sparse {};
+struct Sparse {
+  using tensor = SparseTemplates;
+};
+
+/// `f(storage::Dense{})` or `f(storage::Sparse{})`, as `model` stores its templates: where a program
+/// picks its likelihood's type from the file it read, e.g.
+/// `storage::visit(m, [&]<class S>(S) { return fit(Likelihood<Shard<cpu::Threads, S>>(model), tr); })`.
+template <class F>
+decltype(auto) visit(const Model& model, F&& f) {
+  if (model.sparse()) return std::forward<F>(f)(Sparse{});
+  return std::forward<F>(f)(Dense{});
+}
 }  // namespace storage
 
 namespace detail {
 
-/// The row of the model's systematic tensor where `bins` begin (Model::logk_bins); throws unless
+/// The model's templates as `Storage` stores them; throws, naming the remedy, when the model stores
+/// them the other way.
+template <class Storage>
+const typename Storage::tensor& tensor_of(const Model& m) {
+  if (const auto* t = std::get_if<typename Storage::tensor>(&m.templates)) return *t;
+  if constexpr (std::is_same_v<Storage, storage::Dense>)
+    throw usage_error("the model stores sparse templates; evaluate it with storage::Sparse shards (SparseSerialLikelihood), "
+                      "or let storage::visit pick the shards from the model");
+  else
+    throw usage_error("the model stores dense templates; evaluate it with storage::Dense shards (SerialLikelihood), or store a "
+                      "copy sparsely (Model::make_sparse) first; storage::visit picks the shards from the model");
+}
+
+/// The row of the model's systematic tensor where `bins` begin (Model::held_bins); throws unless
 /// the model holds them all.
 inline index_t held_row(const Model& m, BinRange bins) {
   const BinRange held = m.held_bins();
@@ -48,10 +78,8 @@ template <>
 class TemplateSlice<storage::Dense> {
  public:
   TemplateSlice(const Model& m, BinRange bins)
-      : P_(m.nprocs()), ncoef_(m.ncoef()), S_(m.nsyst()), nominal_(m.nominal.data() + bins.begin * P_),
-        logk_(m.logk.data() + held_row(m, bins) * P_ * ncoef_), nbins_(bins.size()) {
-    if (m.sparse)
-      throw usage_error("the model stores sparse templates; evaluate it with storage::Sparse shards (SparseSerialLikelihood)");
+      : P_(m.nprocs()), ncoef_(m.ncoef()), S_(m.nsyst()), nominal_(tensor_of<storage::Dense>(m).nominal.data() + bins.begin * P_),
+        logk_(tensor_of<storage::Dense>(m).logk.data() + held_row(m, bins) * P_ * ncoef_), nbins_(bins.size()) {
     // Prefetch distance: the bin about 128 KiB ahead (at least the next one).
     ahead_ = std::clamp<index_t>((index_t{1} << 17) / std::max<index_t>(1, 8 * P_ * ncoef_), 1, 64);
   }
@@ -88,24 +116,13 @@ class TemplateSlice<storage::Dense> {
   index_t nbins_, ahead_ = 1;
 };
 
-/// Sparse rows (CSR per non-zero cell), evaluated without densifying. A model with dense
-/// templates is converted for the shard's bins once, so both storages serve every model.
+/// Sparse rows (CSR per non-zero cell), evaluated without densifying.
 template <>
 class TemplateSlice<storage::Sparse> {
  public:
-  TemplateSlice(const Model& m, BinRange bins) : ncoef_(m.ncoef()), S_(m.nsyst()), nbins_(bins.size()) {
-    const auto row0 = static_cast<std::size_t>(held_row(m, bins));
-    if (!m.sparse) {
-      const auto P = static_cast<std::size_t>(m.nprocs()), nc = static_cast<std::size_t>(ncoef_);
-      const auto b0 = static_cast<std::size_t>(bins.begin), nb = static_cast<std::size_t>(bins.size());
-      owned_ = std::make_shared<SparseTemplates>(SparseTemplates::from_dense(
-          bins.size(), m.nprocs(), ncoef_, std::span(m.nominal).subspan(b0 * P, nb * P), std::span(m.logk).subspan(row0 * P * nc, nb * P * nc)));
-      t_ = owned_.get();
-      first_ = 0;
-    } else {
-      t_ = &*m.sparse;
-      first_ = bins.begin;
-    }
+  TemplateSlice(const Model& m, BinRange bins)
+      : ncoef_(m.ncoef()), S_(m.nsyst()), nbins_(bins.size()), t_(&tensor_of<storage::Sparse>(m)), first_(bins.begin) {
+    held_row(m, bins);
   }
 
   index_t cells(index_t i) const { return begin(i + 1) - begin(i); }
@@ -178,9 +195,8 @@ class TemplateSlice<storage::Sparse> {
   }
 
   index_t ncoef_, S_, nbins_;
-  std::shared_ptr<SparseTemplates> owned_;
-  const SparseTemplates* t_ = nullptr;
-  index_t first_ = 0;  ///< the slice's first bin in t_
+  const SparseTemplates* t_;
+  index_t first_;  ///< the slice's first bin in t_
 };
 
 }  // namespace detail

@@ -11,10 +11,12 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/model/dense_templates.hpp"
 #include "fitlib/model/sparse_templates.hpp"
 
 namespace fitlib {
@@ -83,10 +85,8 @@ struct ExternalTerm {
 };
 
 /// The complete binned model, in rabbit's layout (rabbit-likelihood-and-format.md §1.1–1.3):
-/// bins of all channels concatenated, unmasked channels first and masked ones at the tail;
-/// `nominal` is `N[b, p]` row-major over `[nbins_full × nprocs]`; `logk` is `K[b, p, s]`
-/// (`[nbins_full × nprocs × nsyst]`) for a symmetric tensor or `[b, p, {K, H}, s]`
-/// (`[nbins_full × nprocs × 2 × nsyst]`) for an asymmetric one (H = rabbit's logkhalfdiff).
+/// bins of all channels concatenated, unmasked channels first and masked ones at the tail; the
+/// template tensor stored densely (DenseTemplates) or without its zeros (SparseTemplates).
 /// The fit parameters are `[POIs (one per signal process, in process order) | θ (nsyst)]`.
 struct Model {
   std::vector<Channel> channels;
@@ -94,17 +94,11 @@ struct Model {
   std::vector<Systematic> systematics;
   SystematicType systematic_type = SystematicType::log_normal;
   bool symmetric = true;                  ///< tensor layout: K only (true) or K and H (false)
-  std::vector<double> nominal;            ///< N[b, p], `[nbins_full × nprocs]` (empty when `sparse` is set)
-  std::vector<double> logk;               ///< K (and H), see above (empty when `sparse` is set)
-  /// The same tensor in rabbit's sparse form (§1.3), for models too large to store densely;
-  /// evaluated by storage::Sparse shards.
-  std::optional<SparseTemplates> sparse;
-  /// The bins whose systematic-tensor rows the model holds, or empty: all of them. A model read for
-  /// one rank of an MPI fit (io::RabbitReadOptions::bins) holds only its own bins' rows, so no rank
-  /// holds the whole tensor: dense `logk` then has `logk_bins->size() × nprocs × ncoef` entries (the
-  /// rows of those bins), and sparse cells outside them have empty rows (absent, not zero). Nominal
-  /// yields, data and template variances (`[bins × procs]` at most) are always held whole.
-  std::optional<BinRange> logk_bins;
+  /// The template tensor, stored one way: the storage of a likelihood's shards is the tensor's type
+  /// (storage::Dense reads DenseTemplates, storage::Sparse reads SparseTemplates, both in place), and
+  /// storage::visit picks it from the model. Either may hold some bins' systematic rows only (`held`,
+  /// a model read for one MPI rank); nominal yields, data and template variances are always whole.
+  std::variant<DenseTemplates, SparseTemplates> templates;
   std::vector<double> data;               ///< observed counts n[b] of the unmasked bins, `[nbins]`
   /// Variances of the observed counts (rabbit's hdata_var), `[nbins]`, or empty = the counts
   /// themselves. Used by the χ² data term only.
@@ -142,24 +136,32 @@ struct Model {
     return n;
   }
   index_t nparams() const { return npoi() + nsyst(); }
+  /// The templates when stored densely, else null.
+  const DenseTemplates* dense() const { return std::get_if<DenseTemplates>(&templates); }
+  DenseTemplates* dense() { return std::get_if<DenseTemplates>(&templates); }
+  /// The templates when stored sparsely, else null.
+  const SparseTemplates* sparse() const { return std::get_if<SparseTemplates>(&templates); }
+  SparseTemplates* sparse() { return std::get_if<SparseTemplates>(&templates); }
   /// N[b, p] densely, `[nbins_full × nprocs]`, whichever way the templates are stored.
-  std::vector<double> nominal_yields() const { return sparse ? sparse->dense_nominal() : nominal; }
-  /// The bins whose systematic-tensor rows the model holds (see logk_bins).
-  BinRange held_bins() const { return logk_bins ? *logk_bins : BinRange{0, nbins_full()}; }
+  std::vector<double> nominal_yields() const { return sparse() ? sparse()->dense_nominal() : dense()->nominal; }
+  /// The bins the tensor was read for (its `held`), or empty: it holds every bin's rows.
+  const std::optional<BinRange>& held() const {
+    return std::visit([](const auto& t) -> const std::optional<BinRange>& { return t.held; }, templates);
+  }
+  /// The bins whose systematic-tensor rows the model holds.
+  BinRange held_bins() const { return held().value_or(BinRange{0, nbins_full()}); }
   /// Throws unless the model holds the systematic tensor of every bin, naming `what` needs it.
   void require_whole_tensor(const std::string& what) const {
-    if (logk_bins && *logk_bins != BinRange{0, nbins_full()})
-      throw usage_error(what + " needs the systematic tensor of every bin, but this model holds bins [" + std::to_string(logk_bins->begin) +
-                        ", " + std::to_string(logk_bins->end) + ") only (read for one MPI rank); read the whole file (io::read_rabbit without RabbitReadOptions::bins)");
+    if (const BinRange h = held_bins(); h != BinRange{0, nbins_full()})
+      throw usage_error(what + " needs the systematic tensor of every bin, but this model holds bins [" + std::to_string(h.begin) + ", " +
+                        std::to_string(h.end) + ") only (read for one MPI rank); read the whole file (io::read_rabbit without RabbitReadOptions::bins)");
   }
 
-  /// Moves the dense templates into `sparse` (only non-zero cells and entries are kept).
+  /// Stores the templates sparsely (only non-zero cells and entries are kept, and the held bins).
   void make_sparse() {
-    if (sparse) return;
-    require_whole_tensor("Model::make_sparse");
-    sparse = SparseTemplates::from_dense(nbins_full(), nprocs(), ncoef(), nominal, logk);
-    nominal = {};
-    logk = {};
+    if (sparse()) return;
+    DenseTemplates& d = *dense();
+    templates = SparseTemplates::from_dense(nbins_full(), nprocs(), ncoef(), d.nominal, d.logk, d.held);
   }
   /// All bins, masked channels included.
   index_t nbins_full() const {
@@ -214,14 +216,14 @@ struct Model {
     const BinRange held = held_bins();
     const index_t ns = nsyst(), nc = ncoef(), np = nprocs(), end = std::min(held.end, nbins());
     for (index_t b = held.begin; b < end; ++b) {
-      if (sparse) {
-        const auto& t = *sparse;
+      if (const SparseTemplates* sp = sparse()) {
+        const auto& t = *sp;
         for (index_t k = t.row_begin[static_cast<std::size_t>(t.bin_begin[static_cast<std::size_t>(b)])];
              k < t.row_begin[static_cast<std::size_t>(t.bin_begin[static_cast<std::size_t>(b + 1)])]; ++k)
           varied[static_cast<std::size_t>(t.col[static_cast<std::size_t>(k)] % ns)] = 1;
         continue;
       }
-      const double* row = logk.data() + (b - held.begin) * np * nc;
+      const double* row = dense()->logk.data() + (b - held.begin) * np * nc;
       for (index_t k = 0; k < np * nc; ++k)
         if (row[k] != 0) varied[static_cast<std::size_t>(k % nc % ns)] = 1;
     }
@@ -276,7 +278,7 @@ inline void Model::validate() const {
   const index_t bf = nbins_full(), np = nprocs(), ns = nsyst(), nc = ncoef();
   const BinRange held = held_bins();
   if (held.begin < 0 || held.end > bf || held.begin > held.end)
-    throw model_error("Model::logk_bins is [" + std::to_string(held.begin) + ", " + std::to_string(held.end) + "), outside the model's " +
+    throw model_error("the templates' held bins are [" + std::to_string(held.begin) + ", " + std::to_string(held.end) + "), outside the model's " +
                       std::to_string(bf) + " bins");
   const auto cell = [&](index_t b, index_t p) { return "process '" + processes[static_cast<std::size_t>(p)].name + "' in " + describe_bin(b); };
   const auto check_nominal = [&](index_t b, index_t p, double n) {
@@ -284,32 +286,27 @@ inline void Model::validate() const {
     if (n < 0 && !allow_negative_yields)
       throw model_error("nominal yield of " + cell(b, p) + " is negative (" + std::to_string(n) + "); clip it to zero or set allow_negative_yields");
   };
-  if (sparse) {
-    if (!nominal.empty() || !logk.empty())
-      throw model_error("the model has both sparse and dense templates; keep one (Model::make_sparse moves dense into sparse)");
-    sparse->validate();
-    if (sparse->nbins_full != bf || sparse->nprocs != np || sparse->ncoef != nc)
-      throw model_error("sparse templates have shape [" + std::to_string(sparse->nbins_full) + " bins × " + std::to_string(sparse->nprocs) +
-                        " processes × " + std::to_string(sparse->ncoef) + " coefficients] but the model needs [" + std::to_string(bf) +
+  if (const SparseTemplates* sp = sparse()) {
+    sp->validate();
+    if (sp->nbins_full != bf || sp->nprocs != np || sp->ncoef != nc)
+      throw model_error("sparse templates have shape [" + std::to_string(sp->nbins_full) + " bins × " + std::to_string(sp->nprocs) +
+                        " processes × " + std::to_string(sp->ncoef) + " coefficients] but the model needs [" + std::to_string(bf) +
                         " × " + std::to_string(np) + " × " + std::to_string(nc) + "]");
     for (index_t b = 0; b < bf; ++b)
-      for (index_t i = sparse->bin_begin[static_cast<std::size_t>(b)]; i < sparse->bin_begin[static_cast<std::size_t>(b + 1)]; ++i) {
-        check_nominal(b, sparse->cell_process[static_cast<std::size_t>(i)], sparse->cell_nominal[static_cast<std::size_t>(i)]);
-        if ((b < held.begin || b >= held.end) && sparse->row_begin[static_cast<std::size_t>(i)] != sparse->row_begin[static_cast<std::size_t>(i + 1)])
-          throw model_error("sparse templates store logk entries for " + describe_bin(b) + ", outside Model::logk_bins [" +
-                            std::to_string(held.begin) + ", " + std::to_string(held.end) + "); the rows of bins not held must be empty");
-      }
+      for (index_t i = sp->bin_begin[static_cast<std::size_t>(b)]; i < sp->bin_begin[static_cast<std::size_t>(b + 1)]; ++i)
+        check_nominal(b, sp->cell_process[static_cast<std::size_t>(i)], sp->cell_nominal[static_cast<std::size_t>(i)]);
   } else {
-    detail::require_size(nominal.size(), bf * np, "nominal", "nbins_full × nprocs");
-    const std::string rows = logk_bins ? "logk_bins" : "nbins_full";
-    detail::require_size(logk.size(), held.size() * np * nc, "logk",
+    const DenseTemplates& d = *dense();
+    detail::require_size(d.nominal.size(), bf * np, "templates' nominal", "nbins_full × nprocs");
+    const std::string rows = d.held ? "held bins" : "nbins_full";
+    detail::require_size(d.logk.size(), held.size() * np * nc, "templates' logk",
                          (rows + (symmetric ? " × nprocs × nsyst" : " × nprocs × 2 × nsyst")).c_str());
     for (index_t b = 0; b < bf; ++b) {
       for (index_t p = 0; p < np; ++p) {
-        const double n = nominal[static_cast<std::size_t>(b * np + p)];
+        const double n = d.nominal[static_cast<std::size_t>(b * np + p)];
         check_nominal(b, p, n);
         if (b < held.begin || b >= held.end) continue;
-        const double* row = logk.data() + ((b - held.begin) * np + p) * nc;
+        const double* row = d.logk.data() + ((b - held.begin) * np + p) * nc;
         for (index_t k = 0; k < nc; ++k) {
           const auto& syst = systematics[static_cast<std::size_t>(k % ns)].name;
           const char* part = k < ns ? "" : " (asymmetric half-difference)";
@@ -373,7 +370,7 @@ inline void Model::validate() const {
       throw model_error("constraint centre of systematic '" + name + "' is not finite");
   }
   // A model holding part of the tensor cannot see every bin: mpi::Ranks checks this across ranks.
-  if (!logk_bins) require_determined(varied_systematics());
+  if (!this->held()) require_determined(varied_systematics());
   index_t q = 0;
   for (const auto& p : processes) {
     if (!p.signal) continue;

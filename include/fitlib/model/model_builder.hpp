@@ -253,7 +253,8 @@ inline Model ModelBuilder::build() const {
       for (index_t i = 0; i < m.channels[c].nbins; ++i) out[static_cast<std::size_t>((chan_start[c] + i) * np + p)] = h[static_cast<std::size_t>(i)];
     }
   };
-  scatter(nominal_, m.nominal);
+  DenseTemplates& tensor = *m.dense();
+  scatter(nominal_, tensor.nominal);
   if (!variances_.empty()) scatter(variances_, m.sumw2);
 
   // ℓ = ln(V/N) (log-normal) or V − N (normal); rabbit maps a log-normal variation that
@@ -318,12 +319,12 @@ inline Model ModelBuilder::build() const {
   }
   m.symmetric = !asymmetric;
   if (m.symmetric) {
-    m.logk = std::move(K);
+    tensor.logk = std::move(K);
   } else {
-    m.logk.assign(static_cast<std::size_t>(bf * np * 2 * ns), 0.0);
+    tensor.logk.assign(static_cast<std::size_t>(bf * np * 2 * ns), 0.0);
     for (index_t cell = 0; cell < bf * np; ++cell) {
-      std::copy_n(K.begin() + cell * ns, ns, m.logk.begin() + cell * 2 * ns);
-      std::copy_n(H.begin() + cell * ns, ns, m.logk.begin() + cell * 2 * ns + ns);
+      std::copy_n(K.begin() + cell * ns, ns, tensor.logk.begin() + cell * 2 * ns);
+      std::copy_n(H.begin() + cell * ns, ns, tensor.logk.begin() + cell * 2 * ns + ns);
     }
   }
   m.validate();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -32,6 +33,9 @@ struct SparseTemplates {
   std::vector<index_t> row_begin;     ///< [ncells + 1]: the logk entries of cell i are [row_begin[i], row_begin[i+1])
   std::vector<index_t> col;           ///< [nnz]: coefficient index c ∈ [0, ncoef), strictly increasing within a row
   std::vector<double> val;            ///< [nnz]: logk values, finite and ≠ 0
+  /// The bins whose logk rows the tensor holds, or empty: all of them. The cells of the other bins have empty
+  /// rows (absent, not zero); a tensor read for one rank of an MPI fit (io::RabbitReadOptions::bins) holds its own.
+  std::optional<BinRange> held;
 
   /// Non-zero nominal cells (rabbit's nnzN).
   index_t ncells() const { return static_cast<index_t>(cell_nominal.size()); }
@@ -48,12 +52,12 @@ struct SparseTemplates {
                                   std::span<const double> norm_values, std::span<const std::int64_t> logk_indices,
                                   std::span<const double> logk_values, index_t logk_first = 0);
 
-  /// From dense arrays in `Model`'s layout (nominal `[nbins_full × nprocs]`, logk `[nbins_full × nprocs × ncoef]`,
-  /// row-major): keeps the non-zero nominal cells and their non-zero logk entries. Throws `model_error` for a
-  /// wrong length, a non-finite value, or a non-zero logk entry of a cell whose nominal is zero (as
-  /// `Model::validate`).
+  /// From dense arrays in DenseTemplates' layout (nominal `[nbins_full × nprocs]`, logk `[held bins × nprocs ×
+  /// ncoef]`, row-major; `held` empty: all bins): keeps the non-zero nominal cells and their non-zero logk entries,
+  /// and the held bins. Throws `model_error` for a wrong length, a non-finite value, or a non-zero logk entry of
+  /// a cell whose nominal is zero (as `Model::validate`).
   static SparseTemplates from_dense(index_t nbins_full, index_t nprocs, index_t ncoef, std::span<const double> nominal,
-                                    std::span<const double> logk);
+                                    std::span<const double> logk, std::optional<BinRange> held = {});
 
   /// Dense nominal `[nbins_full × nprocs]` (for tests and small models).
   std::vector<double> dense_nominal() const;
@@ -197,30 +201,37 @@ inline SparseTemplates SparseTemplates::from_coo(index_t nbins_full, index_t npr
 }
 
 inline SparseTemplates SparseTemplates::from_dense(index_t nbins_full, index_t nprocs, index_t ncoef, std::span<const double> nominal,
-                                                   std::span<const double> logk) {
+                                                   std::span<const double> logk, std::optional<BinRange> held) {
   using detail::sparse::number;
   detail::sparse::require_shape(nbins_full, nprocs, ncoef, "SparseTemplates::from_dense");
+  const BinRange rows = held.value_or(BinRange{0, nbins_full});
+  if (rows.begin < 0 || rows.begin > rows.end || rows.end > nbins_full)
+    throw model_error("held bins [" + std::to_string(rows.begin) + ", " + std::to_string(rows.end) + ") are outside the tensor's " +
+                      std::to_string(nbins_full) + " bins");
   const index_t ncell_full = nbins_full * nprocs;
   if (static_cast<index_t>(nominal.size()) != ncell_full)
     throw model_error("dense nominal has " + std::to_string(nominal.size()) + " entries but nbins_full × nprocs = " +
                       std::to_string(ncell_full) + "; pass the [nbins_full × nprocs] array");
-  if (static_cast<index_t>(logk.size()) != ncell_full * ncoef)
-    throw model_error("dense logk has " + std::to_string(logk.size()) + " entries but nbins_full × nprocs × ncoef = " +
-                      std::to_string(ncell_full * ncoef) + "; pass the [nbins_full × nprocs × ncoef] array (ncoef = 2·nsyst if asymmetric)");
+  if (static_cast<index_t>(logk.size()) != rows.size() * nprocs * ncoef)
+    throw model_error("dense logk has " + std::to_string(logk.size()) + " entries but " + (held ? "held bins" : "nbins_full") +
+                      " × nprocs × ncoef = " + std::to_string(rows.size() * nprocs * ncoef) + "; pass the [" +
+                      (held ? "held bins" : "nbins_full") + " × nprocs × ncoef] array (ncoef = 2·nsyst if asymmetric)");
   SparseTemplates t;
   t.nbins_full = nbins_full;
   t.nprocs = nprocs;
   t.ncoef = ncoef;
+  t.held = held;
   t.bin_begin.reserve(static_cast<std::size_t>(nbins_full + 1));
   t.bin_begin.push_back(0);
   t.row_begin.push_back(0);
   for (index_t b = 0; b < nbins_full; ++b) {
+    const bool has_rows = b >= rows.begin && b < rows.end;
     for (index_t p = 0; p < nprocs; ++p) {
       const double n = nominal[static_cast<std::size_t>(b * nprocs + p)];
       const auto cell = [&] { return "(bin " + std::to_string(b) + ", process " + std::to_string(p) + ")"; };
       if (!std::isfinite(n)) throw model_error("dense nominal " + cell() + " is " + number(n) + "; nominal yields must be finite");
-      const double* row = logk.data() + (b * nprocs + p) * ncoef;
-      for (index_t c = 0; c < ncoef; ++c) {
+      const double* row = has_rows ? logk.data() + ((b - rows.begin) * nprocs + p) * ncoef : nullptr;
+      for (index_t c = 0; row && c < ncoef; ++c) {
         if (!std::isfinite(row[c]))
           throw model_error("dense logk " + cell() + " coefficient " + std::to_string(c) + " is " + number(row[c]) +
                             "; variations must be finite");
@@ -231,7 +242,7 @@ inline SparseTemplates SparseTemplates::from_dense(index_t nbins_full, index_t n
       if (n == 0) continue;
       t.cell_process.push_back(p);
       t.cell_nominal.push_back(n);
-      for (index_t c = 0; c < ncoef; ++c)
+      for (index_t c = 0; row && c < ncoef; ++c)
         if (row[c] != 0) {
           t.col.push_back(c);
           t.val.push_back(row[c]);
@@ -315,6 +326,16 @@ inline void SparseTemplates::validate() const {
       const double v = val[static_cast<std::size_t>(k)];
       if (!std::isfinite(v) || v == 0) fail(std::string("val") + at() + " is " + number(v) + "; stored logk values must be finite and non-zero");
     }
+  }
+  if (!held) return;
+  if (held->begin < 0 || held->begin > held->end || held->end > nbins_full)
+    fail("held is [" + std::to_string(held->begin) + ", " + std::to_string(held->end) + "), outside the " + std::to_string(nbins_full) + " bins");
+  for (const BinRange outside : {BinRange{0, held->begin}, BinRange{held->end, nbins_full}}) {
+    const index_t first = row_begin[static_cast<std::size_t>(bin_begin[static_cast<std::size_t>(outside.begin)])];
+    const index_t last = row_begin[static_cast<std::size_t>(bin_begin[static_cast<std::size_t>(outside.end)])];
+    if (first != last)
+      fail("row_begin gives logk entries to bins [" + std::to_string(outside.begin) + ", " + std::to_string(outside.end) + "), outside held [" +
+           std::to_string(held->begin) + ", " + std::to_string(held->end) + "); the rows of bins not held must be empty");
   }
 }
 
