@@ -33,7 +33,7 @@ struct Sparse {
 
 /// `f(storage::Dense{})` or `f(storage::Sparse{})`, as `model` stores its templates: where a program
 /// picks its likelihood's type from the file it read, e.g.
-/// `storage::visit(m, [&]<class S>(S) { return fit(Likelihood<Shard<cpu::Threads, S>>(model), tr); })`.
+/// `storage::visit(*model, [&]<class S>(S) { Likelihood<Shard<cpu::Threads, S>> nll(model); return fit(nll, tr); })`.
 template <class F>
 decltype(auto) visit(const Model& model, F&& f) {
   if (model.sparse()) return std::forward<F>(f)(Sparse{});
@@ -122,7 +122,7 @@ class TemplateSlice<storage::Sparse> {
  public:
   TemplateSlice(const Model& m, BinRange bins)
       : ncoef_(m.ncoef()), S_(m.nsyst()), nbins_(bins.size()), t_(&tensor_of<storage::Sparse>(m)), first_(bins.begin) {
-    held_row(m, bins);
+    held_row(m, bins);  // throws unless the model holds the rows of these bins
   }
 
   index_t cells(index_t i) const { return begin(i + 1) - begin(i); }
