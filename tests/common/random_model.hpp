@@ -53,14 +53,15 @@ inline Model random_model(const RandomModelSpec& sp) {
   }
   m.poi_default.assign(static_cast<std::size_t>(sp.signals), sp.mu_default);
   const index_t bf = m.nbins_full(), P = sp.procs, S = sp.nsyst, nc = m.ncoef();
-  m.dense()->nominal.resize(static_cast<std::size_t>(bf * P));
-  m.dense()->logk.resize(static_cast<std::size_t>(bf * P * nc));
+  DenseTemplates& t = *m.dense();
+  t.nominal.resize(static_cast<std::size_t>(bf * P));
+  t.logk.resize(static_cast<std::size_t>(bf * P * nc));
   for (index_t b = 0; b < bf; ++b)
     for (index_t p = 0; p < P; ++p) {
       const bool absent = sp.absent_cells && p == P - 1 && P > 1 && b % 3 == 1;
       const double n = absent ? 0.0 : 5.0 + 45.0 * unif(rng);
-      m.dense()->nominal[static_cast<std::size_t>(b * P + p)] = n;
-      double* row = m.dense()->logk.data() + (b * P + p) * nc;
+      t.nominal[static_cast<std::size_t>(b * P + p)] = n;
+      double* row = t.logk.data() + (b * P + p) * nc;
       for (index_t s = 0; s < S && !absent; ++s) {
         const double scale = sp.type == SystematicType::log_normal ? 1.0 : n;
         row[s] = scale * 0.1 * gauss(rng);
@@ -69,16 +70,16 @@ inline Model random_model(const RandomModelSpec& sp) {
     }
   for (index_t b = 0; b < sp.bins; ++b) {
     double nu = 0;
-    for (index_t p = 0; p < P; ++p) nu += m.dense()->nominal[static_cast<std::size_t>(b * P + p)];
+    for (index_t p = 0; p < P; ++p) nu += t.nominal[static_cast<std::size_t>(b * P + p)];
     m.data.push_back(sp.zero_counts && b % 4 == 2 ? 0.0 : std::max(0.0, std::round(nu * (1.0 + 0.15 * gauss(rng)))));
   }
   if (sp.template_stats) {
-    m.sumw2.resize(m.dense()->nominal.size());
+    m.sumw2.resize(t.nominal.size());
     for (index_t b = 0; b < bf; ++b)
       for (index_t p = 0; p < P; ++p) {
         const auto c = static_cast<std::size_t>(b * P + p);
         const bool exact = b == 3 || (p == 1 && b % 2 == 0);
-        m.sumw2[c] = exact ? 0.0 : m.dense()->nominal[c] * m.dense()->nominal[c] / (3.0 + 37.0 * unif(rng));
+        m.sumw2[c] = exact ? 0.0 : t.nominal[c] * t.nominal[c] / (3.0 + 37.0 * unif(rng));
       }
   }
   m.validate();
