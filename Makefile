@@ -36,6 +36,7 @@ fuzz: configure
 
 # ASan + UBSan build of the tests and fitlib-fit in build-asan/ (kept between runs; the first build takes about
 # 45 minutes on 2 cores), then the tests and a few fitlib-fit runs; fails on any sanitizer report (scripts/sanitize.sh).
+# One step group alone, building only its target: scripts/sanitize.sh --only fiber|tests|fit (e.g. --only fit).
 sanitize: deps
 	JOBS=$(JOBS) ./scripts/sanitize.sh
 

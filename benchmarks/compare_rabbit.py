@@ -6,6 +6,7 @@
     python3 benchmarks/compare_rabbit.py [--quick] [--threads 1] [--fitlib build/apps/fitlib-fit/fitlib-fit]
                                          [--keep DIR [--reuse-rabbit]] [--only REGEX] [--out FILE]
     python3 benchmarks/compare_rabbit.py --write-fixture tests/data/rabbit_fixture
+    python3 benchmarks/compare_rabbit.py --update-fixture-nllvalfull tests/data/rabbit_fixture
 
 Creates (or reuses) the virtual environment `.venv-rabbit` in the repository root with the pinned
 packages of benchmarks/rabbit/requirements.txt (rabbit-fit, TensorFlow, hdf5plugin, h5py, hist,
@@ -29,7 +30,14 @@ numpy, ...) and re-executes itself inside it. Then:
    FAIL of that row with its error. The last line is `min_speedup_vs_rabbit=<number>`.
 
 --write-fixture DIR writes the small test fixture instead: rabbit's test tensor (dense and sparse,
-each Blosc2- and gzip-compressed) and rabbit_results.json with rabbit's fits of it, plus README.md.
+each Blosc2- and gzip-compressed) and rabbit_results.json with rabbit's fits of it (run with
+--fullNll, so each fit also records rabbit's full NLL `nllvalfull`), plus README.md.
+
+--update-fixture-nllvalfull DIR leaves the tensors in DIR as they are (rewriting them changes their
+bytes: the meta pickle holds a time stamp) and only adds `nllvalfull` to each fit of DIR's
+rabbit_results.json: it checks each tensor's SHA-256 against the JSON, refits it with the fit's
+recorded command plus --fullNll, requires the recorded fit back (|dNLL| <= 1e-9, |dx| <= 1e-6 sigma),
+and records rabbit's full NLL and the command that produced it.
 """
 
 from __future__ import annotations
@@ -87,6 +95,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rabbit-timeout", type=float, default=1800, help="seconds before a rabbit run is abandoned")
     p.add_argument("--fitlib-timeout", type=float, default=1800, help="seconds before a fitlib-fit run is abandoned")
     p.add_argument("--write-fixture", metavar="DIR", help="write the rabbit fixture for `make test` into DIR and exit")
+    p.add_argument("--update-fixture-nllvalfull", metavar="DIR",
+                   help="add rabbit's full NLL (nllvalfull) to the fits of DIR/rabbit_results.json without rewriting "
+                        "the tensors, and exit")
     p.add_argument("--venv", default=str(DEFAULT_VENV), help="virtual environment to create/use (default %(default)s)")
     p.add_argument("--strict", action="store_true", help="exit with status 1 if any row FAILs")
     return p.parse_args()
@@ -257,15 +268,28 @@ def tensor_shape(path: Path) -> dict:
 # --------------------------------------------------------------------------------------------
 # rabbit.
 
-def rabbit_command(tensor: Path, outdir: Path, config: str) -> list[str]:
+def rabbit_command(tensor: Path, outdir: Path, config: str, full_nll: bool = False) -> list[str]:
     """rabbit's command line for a data fit (-t 0 --unblind) with default options; -v 4 only adds
-    debug logging, from which the per-fit time and the iterations are read."""
+    debug logging, from which the per-fit time and the iterations are read. `full_nll` adds --fullNll:
+    after the fit rabbit also evaluates and stores its full NLL (nllvalfull); the fit is the same."""
     exe = Path(sys.prefix) / "bin" / "rabbit_fit"
     cmd = [str(exe), str(tensor), "-t", "0", "--unblind", "-o", str(outdir), "--outname", "fitresults.hdf5",
            "-v", "4", "--noColorLogger"]
     if config == "nobb":
         cmd.append("--noBinByBinStat")
+    if full_nll:
+        cmd.append("--fullNll")
     return cmd
+
+
+def read_rabbit_nllvalfull(path: Path, fit: str = "data") -> float | None:
+    """rabbit's full NLL (`nllvalfull`, stored with --fullNll) of one fit in its output file, or None."""
+    from rabbit import io_tools
+    import results
+
+    key = results.RABBIT_FIT_KEYS.get(fit, fit)
+    res = io_tools.get_fitresult(str(path), result=key.removeprefix("results_") if key != "results" else None)
+    return float(res["nllvalfull"]) if "nllvalfull" in res else None
 
 
 def parse_rabbit_log(text: str) -> dict:
@@ -289,15 +313,16 @@ def parse_rabbit_log(text: str) -> dict:
                 hit_maxiter=bool(msg and "Maximum number of iterations" in msg.group(1)))
 
 
-def run_rabbit(tensor: Path, outdir: Path, config: str, threads: int, timeout: float) -> dict:
-    """Runs rabbit once and extracts its data fit; never raises (errors go to 'error')."""
+def run_rabbit(tensor: Path, outdir: Path, config: str, threads: int, timeout: float, full_nll: bool = False) -> dict:
+    """Runs rabbit once and extracts its data fit (with `full_nll`, also fit["nllvalfull"]); never
+    raises (errors go to 'error')."""
     import results
 
     outdir.mkdir(parents=True, exist_ok=True)
     out = outdir / "fitresults.hdf5"
     if out.exists():
         out.unlink()
-    cmd = rabbit_command(tensor, outdir, config)
+    cmd = rabbit_command(tensor, outdir, config, full_nll)
     rc, wall, cpu, err = run_timed(cmd, fitter_env(threads, plugin_path=False), outdir / "rabbit.log", timeout)
     row = dict(command=cmd, wall_seconds=wall, cpu_seconds=cpu, threads=threads, error=err or None)
     if (outdir / "rabbit.log").exists():
@@ -305,6 +330,8 @@ def run_rabbit(tensor: Path, outdir: Path, config: str, threads: int, timeout: f
     if rc == 0:
         try:
             row["fit"] = results.read_rabbit(out, "data")
+            if full_nll:
+                row["fit"]["nllvalfull"] = read_rabbit_nllvalfull(out, "data")
         except Exception as ex:  # noqa: BLE001 - report, don't crash
             row["error"] = f"reading {out}: {type(ex).__name__}: {ex}"
     return row
@@ -598,7 +625,8 @@ def fixture_readme(doc: dict, sizes: dict) -> str:
         "               \"test_tensor_sparse\": {...} } }",
         "FIT = { \"command\": [argv of rabbit_fit], \"command_line\": str,",
         "        \"parameters\": [names], \"prefit\": [x0], \"postfit\": [x], \"uncertainty\": [sqrt(diag cov)],",
-        "        \"covariance\": [[...]], \"nllvalreduced\": float, \"edmval\": float, \"ndfsat\": int,",
+        "        \"covariance\": [[...]], \"nllvalreduced\": float, \"nllvalfull\": float, \"edmval\": float,",
+        "        \"ndfsat\": int,",
         "        \"iterations\": int, \"iterations_to_final_loss\": int, \"minimizer_message\": str }",
         "```",
         "",
@@ -607,7 +635,9 @@ def fixture_readme(doc: dict, sizes: dict) -> str:
         "(scipy trust-krylov, run to gtol=0). `postfit` is rabbit's raw fit vector: the POI `sig` is",
         "stored as sqrt(mu) (no `--allowNegativePOI`), nuisances as theta. Parameter order = rabbit's:",
         "POIs, then `hsysts`. The `-o <outdir>` in `command` was a temporary directory; `-v 4",
-        "--noColorLogger` only change logging. `channels` is decoded from the tensor's `meta` pickle, in file",
+        "--noColorLogger` only change logging; `--fullNll` makes rabbit also store `nllvalfull`, its full NLL",
+        "(the reduced NLL plus the constants it drops) at the postfit point, without changing the fit.",
+        "`channels` is decoded from the tensor's `meta` pickle, in file",
         "order: rabbit-fit 0.2.5's TensorWriter puts the unmasked channels in *reverse* order of",
         "`add_channel` calls (ch1 = bins 0-49, ch0 = bins 50-59), then the masked ones (ch0_masked = 60-69).",
         "The dense and sparse tensors give the same fit up to rounding (|dNLL| ~ 1e-12).",
@@ -618,7 +648,8 @@ def fixture_readme(doc: dict, sizes: dict) -> str:
     for tname, t in doc["tensors"].items():
         for config, fits in t["results"].items():
             fit = fits["data"]
-            lines.append(f"* `{tname}` {config}: nllvalreduced = {fit['nllvalreduced']!r}, edmval = {fit['edmval']:.3g}, "
+            lines.append(f"* `{tname}` {config}: nllvalreduced = {fit['nllvalreduced']!r}, "
+                         f"nllvalfull = {fit.get('nllvalfull')!r}, edmval = {fit['edmval']:.3g}, "
                          f"{fit['iterations']} iterations (final loss first reached at {fit['iterations_to_final_loss']}; "
                          f"scipy: \"{fit['minimizer_message']}\")")
             lines.append("")
@@ -657,7 +688,8 @@ def write_fixture(args: argparse.Namespace) -> None:
                          sha256={blosc2.name: tensors.sha256(blosc2), gzip.name: tensors.sha256(gzip)},
                          **tensor_shape(blosc2), channels=tensors.channel_layout(blosc2), results={})
             for config in CONFIGS:
-                rb = run_rabbit(blosc2, tmp / "out" / name / config, config, args.threads, args.rabbit_timeout)
+                rb = run_rabbit(blosc2, tmp / "out" / name / config, config, args.threads, args.rabbit_timeout,
+                                full_nll=True)
                 if rb.get("error"):
                     sys.exit(f"compare_rabbit.py: rabbit failed on {blosc2} ({config}): {rb['error']}")
                 fit = rb["fit"]
@@ -668,7 +700,8 @@ def write_fixture(args: argparse.Namespace) -> None:
                     environment={v: str(args.threads) for v in THREAD_VARS},
                     parameters=fit["names"], prefit=fit["prefit"], postfit=fit["postfit"],
                     uncertainty=fit["uncertainty"], covariance=fit["covariance"],
-                    nllvalreduced=fit["nllvalreduced"], edmval=fit["edmval"], ndfsat=fit["ndfsat"],
+                    nllvalreduced=fit["nllvalreduced"], nllvalfull=fit["nllvalfull"], edmval=fit["edmval"],
+                    ndfsat=fit["ndfsat"],
                     signals=fit["signals"], nois=fit["nois"], iterations=rb.get("iterations"),
                     iterations_to_final_loss=rb.get("iterations_to_final_loss"),
                     minimizer_message=rb.get("minimizer_message"))}
@@ -681,6 +714,54 @@ def write_fixture(args: argparse.Namespace) -> None:
     print(f"== wrote {outdir}: {total / 1024:.0f} KiB in {len(list(outdir.iterdir()))} files", flush=True)
     if total > 1 << 20:
         print("   WARNING: the fixture exceeds 1 MiB", flush=True)
+
+
+def update_fixture_nllvalfull(args: argparse.Namespace) -> None:
+    """Adds rabbit's full NLL (`nllvalfull`) to every fit of DIR/rabbit_results.json, leaving the
+    tensors untouched: refits each recorded (tensor, configuration) with --fullNll and keeps the value
+    only if the refit reproduces the recorded fit."""
+    import tensors
+
+    outdir = Path(args.update_fixture_nllvalfull).resolve()
+    path = outdir / "rabbit_results.json"
+    doc = json.loads(path.read_text())
+    vers = versions()
+    if vers["rabbit-fit"] != doc["versions"]["rabbit-fit"]:
+        sys.exit(f"compare_rabbit.py: the fixture is rabbit-fit {doc['versions']['rabbit-fit']}'s, this is {vers['rabbit-fit']}")
+    if args.threads != doc["threads"]:
+        sys.exit(f"compare_rabbit.py: the fixture was fitted on {doc['threads']} thread(s); pass --threads {doc['threads']}")
+    with tempfile.TemporaryDirectory(prefix="rabbit_fixture_nll_") as tmpname:
+        tmp = Path(tmpname)
+        for name, entry in doc["tensors"].items():
+            tensor = outdir / entry["files"]["blosc2"]
+            if tensors.sha256(tensor) != entry["sha256"][tensor.name]:
+                sys.exit(f"compare_rabbit.py: {tensor} is not the tensor rabbit_results.json was made from (SHA-256)")
+            for config, fits in entry["results"].items():
+                old = fits["data"]
+                rb = run_rabbit(tensor, tmp / name / config, config, args.threads, args.rabbit_timeout, full_nll=True)
+                if rb.get("error"):
+                    sys.exit(f"compare_rabbit.py: rabbit failed on {tensor} ({config}): {rb['error']}")
+                fit = rb["fit"]
+                dnll = abs(fit["nllvalreduced"] - old["nllvalreduced"])
+                dx = max(abs(a - b) / s for a, b, s in zip(fit["postfit"], old["postfit"], old["uncertainty"]))
+                if fit["names"] != old["parameters"] or not dnll <= 1e-9 or not dx <= 1e-6 or fit["nllvalfull"] is None:
+                    sys.exit(f"compare_rabbit.py: the refit of {name} {config} is not the recorded fit "
+                             f"(|dNLL| = {dnll:.3g}, max |dx|/sigma = {dx:.3g}); regenerate with --write-fixture")
+                cmd = [Path(rb["command"][0]).name, tensor.name, *rb["command"][2:]]
+                cmd[cmd.index("-o") + 1] = "<outdir>"
+                updated = {}
+                for key, value in old.items():
+                    if key == "nllvalfull":
+                        continue
+                    updated[key] = value
+                    if key == "nllvalreduced":
+                        updated["nllvalfull"] = fit["nllvalfull"]
+                updated.update(command=cmd, command_line=" ".join(cmd))
+                fits["data"] = updated
+                print(f"   {name} {config}: nllvalfull={fit['nllvalfull']!r} (refit |dNLL| = {dnll:.3g}, "
+                      f"max |dx|/sigma = {dx:.3g})", flush=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"== updated {path}; README.md is left as it is", flush=True)
 
 
 def main() -> None:
@@ -699,6 +780,8 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
     if args.write_fixture:
         write_fixture(args)
+    elif args.update_fixture_nllvalfull:
+        update_fixture_nllvalfull(args)
     else:
         compare_main(args)
 

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <map>
+#include <sstream>
 #include <string_view>
 
 #include "fitlib/io/hdf5.hpp"
@@ -50,7 +52,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
       "Exit status: 0 when every fit converged; 3 when one did not (its status is in the results, which are still\n"
       "written); 2 for bad input (the message names the file, dataset, option or parameter and the remedy), checked\n"
       "before any fit; 4 when the results could not be written (they are still printed; an earlier results file\n"
-      "at -o is left as it was).\n"
+      "at -o is left as it was). A converged fit whose covariance failed (a singular Hessian) counts as converged:\n"
+      "stderr warns about it, and its uncertainties are NaN.\n"
       "Real rabbit tensors are Blosc2-compressed: fitlib-fit finds the filter plugin that scripts/install-deps.sh\n"
       "installs, or one given by --hdf5PluginPath or FITLIB_HDF5_PLUGIN_PATH, or that of an importable Python\n"
       "hdf5plugin (pip install hdf5plugin); HDF5_PLUGIN_PATH need not be set.");
@@ -94,6 +97,13 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
                  "log_normal or normal: how the tensor's logk act (default: what the tensor's meta says, log_normal without one; "
                  "refused where it contradicts the meta)")
       ->check(CLI::IsMember({"log_normal", "normal"}));
+  app.add_option("--maxMetaMiB", a.max_meta_mib,
+                 "largest `meta` pickle read, in MiB (rabbit writes kilobytes to a few MB); raise it for a trusted tensor with a larger one")
+      ->capture_default_str();
+  app.add_option("--maxCompressionRatio", a.max_compression_ratio,
+                 "largest ratio of a dataset's declared size to the bytes it stores (a damaged dataspace can declare terabytes); "
+                 "raise it for a trusted dense tensor that is almost all zeros (rabbit leaves all-zero chunks unwritten)")
+      ->capture_default_str();
   app.add_option("--expectSignal", a.expect_signal, "NAME VALUE: default signal strength of a POI (repeatable)");
   app.add_option("--setConstraintMinimum", a.constraint_minimum, "NAME VALUE: constraint centre of a nuisance (repeatable)");
   app.add_option("--freezeParameters", a.freeze, "parameters held at their start: names or regular expressions");
@@ -127,6 +137,10 @@ void check_arguments(Args& a) {
   if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan))
     throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts or --scan; drop one of them");
   if (a.threads < 1) throw usage_error("--threads must be ≥ 1, got " + std::to_string(a.threads));
+  if (a.max_meta_mib < 1 || a.max_meta_mib > (std::int64_t{1} << 20))
+    throw usage_error("--maxMetaMiB must be from 1 to 1048576 (1 TiB), got " + std::to_string(a.max_meta_mib));
+  if (!(a.max_compression_ratio >= 1))
+    throw usage_error("--maxCompressionRatio must be at least 1, got " + std::to_string(a.max_compression_ratio));
   a.seed = parse_seed(a.seed_text);
   // The outputs are checked before anything is computed, so that no run's work is lost to a bad path.
   if (a.rank == 0) {
@@ -162,23 +176,23 @@ std::string json_path(const Args& a) { return std::filesystem::path(a.output).re
 /// $FITLIB_HDF5_PLUGIN_PATH (':'-separated), the plugins scripts/install-deps.sh put in .deps/, HDF5's own
 /// path (HDF5_PLUGIN_PATH or its default) and, if Blosc2 is still missing, the directory of an importable
 /// Python `hdf5plugin`. Set through HDF5's API, so that no variable has to be exported into the shell,
-/// where it would also redirect h5py (and break hdf5plugin's writes in rabbit's TensorWriter).
-void find_filter_plugins(const std::string& option, index_t ranks) {
-  std::vector<std::string> dirs;
-  auto add = [&](const std::string& list) {
-    for (std::size_t b = 0; b <= list.size();) {
-      const std::size_t e = std::min(list.find(':', b), list.size());
-      if (e > b) dirs.push_back(list.substr(b, e - b));
-      b = e + 1;
-    }
-  };
-  add(option);
-  if (const char* env = std::getenv("FITLIB_HDF5_PLUGIN_PATH")) add(env);
+/// where it would also redirect h5py (and break hdf5plugin's writes in rabbit's TensorWriter). An entry that is
+/// not a directory is skipped (HDF5 would end its whole search there), with a warning on stderr naming it and
+/// the option or variable that gave it when `report` (rank 0); HDF5's built-in default is skipped silently.
+void find_filter_plugins(const std::string& option, index_t ranks, bool report) {
+  std::ostringstream unreported;
+  std::ostream& warn = report ? static_cast<std::ostream&>(std::cerr) : unreported;
+  std::vector<std::string> dirs = io::hdf5::plugin_directories(option, "--hdf5PluginPath", warn);
+  if (const char* env = std::getenv("FITLIB_HDF5_PLUGIN_PATH"))
+    for (auto& d : io::hdf5::plugin_directories(env, "FITLIB_HDF5_PLUGIN_PATH", warn)) dirs.push_back(std::move(d));
 #ifdef FITLIB_HDF5_PLUGIN_DIR
   if (std::filesystem::is_directory(FITLIB_HDF5_PLUGIN_DIR)) dirs.emplace_back(FITLIB_HDF5_PLUGIN_DIR);
 #endif
   for (auto& d : io::hdf5::plugin_search_path()) dirs.push_back(std::move(d));
-  io::hdf5::set_plugin_search_path(dirs);
+  // What is left out now is HDF5's own path: HDF5_PLUGIN_PATH's entries, else its built-in default.
+  const char* hdf5_env = std::getenv("HDF5_PLUGIN_PATH");
+  for (const auto& d : io::hdf5::set_plugin_search_path(dirs))
+    if (hdf5_env != nullptr && *hdf5_env != '\0') (void)io::hdf5::plugin_directories(d, "HDF5_PLUGIN_PATH", warn);
   // Python is asked in a single process only (no fork under MPI), and only when Blosc2 or rabbit's Blosc (meta) is missing.
   if (ranks > 1 || (io::hdf5::filter_available(32026) && io::hdf5::filter_available(32001))) return;
   std::FILE* py = popen("python3 -c 'import hdf5plugin, sys; sys.stdout.write(hdf5plugin.PLUGINS_PATH)' 2>/dev/null", "r");
@@ -187,7 +201,7 @@ void find_filter_plugins(const std::string& option, index_t ranks) {
   for (char buf[512]; const std::size_t n = std::fread(buf, 1, sizeof buf, py);) dir.append(buf, n);
   if (pclose(py) == 0 && std::filesystem::is_directory(dir)) {
     dirs.push_back(dir);
-    io::hdf5::set_plugin_search_path(dirs);
+    (void)io::hdf5::set_plugin_search_path(dirs);  // every entry was checked above
   }
 }
 
@@ -274,7 +288,7 @@ TrustRegionOptions minimizer_options(const Args& a) {
 
 nlohmann::json options_json(const Args& a) {
   return {{"toys", a.toys},
-          {"seed", a.seed},
+          {"seed", std::to_string(a.seed)},  // a string: 0 … 2⁶⁴−1, beyond what double-based JSON readers hold exactly
           {"replicaBatch", a.replica_batch},
           {"minimizerMethod", a.method},
           {"minimizerGtol", a.gtol},
@@ -306,6 +320,9 @@ std::string in_command_line_terms(std::string message) {
       {"set RabbitReadOptions::allow_negative_yields", "pass --allowNegativeExpectation"},
       {"RabbitReadOptions::allow_negative_yields", "--allowNegativeExpectation"},
       {"RabbitReadOptions::systematic_type", "--systematicType"},
+      {"RabbitReadOptions::max_meta_bytes", "--maxMetaMiB"},
+      {"a larger FileOptions::max_compression_ratio", "a larger --maxCompressionRatio"},
+      {"FileOptions::max_compression_ratio", "--maxCompressionRatio"},
       {"LikelihoodOptions::bin_by_bin.min_kstat", "--minBBKstat"},
       {"LikelihoodOptions::bin_by_bin.zero_variance", "--binByBinStatZeroVariance"},
       {"ScanOptions::points", "--scanPoints"},

@@ -34,6 +34,9 @@ struct Args {
   double min_kstat = 0;
   bool chisq = false, covariance = false, allow_negative_poi = false, allow_negative_expectation = false;
   std::string systematic_type;  ///< empty: the tensor's meta says (log_normal without one)
+  /// --maxCompressionRatio: io::hdf5::FileOptions::max_compression_ratio of the input (its default)
+  double max_compression_ratio = 2048;
+  std::int64_t max_meta_mib = 64;  ///< --maxMetaMiB: the largest `meta` pickle read (RabbitReadOptions::max_meta_bytes)
   std::vector<std::pair<std::string, double>> expect_signal, constraint_minimum;
   std::vector<std::string> freeze;
   bool impacts = false, global_impacts = false, no_hessian = false;
@@ -68,7 +71,8 @@ std::string json_path(const Args& a);
 
 /// Applies --expectSignal and --setConstraintMinimum to the model, naming unknown parameters.
 void adjust_model(Model& m, const Args& a);
-void find_filter_plugins(const std::string& option, index_t ranks);
+/// Sets HDF5's plugin search path (command_line.cpp); `report`: warn on stderr about entries that are not directories.
+void find_filter_plugins(const std::string& option, index_t ranks, bool report);
 /// A library message with the library's option fields replaced by the flags that set them here, so that a
 /// user reads what to type.
 std::string in_command_line_terms(std::string message);

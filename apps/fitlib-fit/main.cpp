@@ -53,11 +53,12 @@ int main(int argc, char** argv) {
 
   try {
     check_arguments(a);
-    find_filter_plugins(a.plugin_path, a.ranks);
+    find_filter_plugins(a.plugin_path, a.ranks, a.rank == 0);
     const LikelihoodOptions lo = likelihood_options(a);
     const auto t0 = std::chrono::steady_clock::now();
     io::RabbitReadOptions ro;
     ro.allow_negative_yields = a.allow_negative_expectation;
+    ro.max_meta_bytes = static_cast<std::size_t>(a.max_meta_mib) << 20;  // 1 … 2²⁰ MiB (check_arguments)
     if (!a.systematic_type.empty()) ro.systematic_type = a.systematic_type == "normal" ? SystematicType::normal : SystematicType::log_normal;
     const std::vector<BinRange> shards = own_shards(a);
     io::RabbitTensor in = read_input(a, ro, shards);
@@ -96,13 +97,13 @@ int main(int argc, char** argv) {
     std::string write_error;
     const auto t_write = std::chrono::steady_clock::now();
     try {
-      // Both files written before either is renamed into place, so that the pair is one run's.
+      // Both files written and flushed to disk before either is renamed into place, the two renames back to
+      // back, so that the pair is one run's (docs/results-format.md, "Writing").
       io::ReplacingFile results(a.output);
       results.write(io::results_image(a.output, run, fits.records, fits.toys), "the results file");
       std::optional<io::ReplacingFile> summary;
       if (a.json) summary.emplace(json_path(a)).write(io::results_json_text(run, fits.records, fits.toys), "the JSON summary");
-      results.commit();
-      if (summary) summary->commit();
+      io::commit_all({&results, summary ? &*summary : nullptr});
     } catch (const std::exception& e) {  // a file_error, or no memory for the image
       write_error = e.what();
     }

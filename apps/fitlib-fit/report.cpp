@@ -15,7 +15,7 @@ namespace fitlib::cli {
 void print_summary(const Model& m, const io::FitRecord& f, const LikelihoodOptions& lo) {
   const FitResult& r = f.result;
   std::printf("\n== %s: %s; NLL %.10g (full %.10g), EDM %.3g, %td iterations, covariance %s\n", f.name.c_str(),
-              std::string(to_string(r.status)).c_str(), r.nll, f.nll_full, r.edm, r.iterations,
+              r.status_text().c_str(), r.nll, f.nll_full, r.edm, r.iterations,
               std::string(to_string(r.covariance_status)).c_str());
   if (!f.blinded.empty()) std::printf("   blinded (use --unblind to see them): %zu parameters\n", f.blinded.size());
   std::printf("   %-32s %14s %12s\n", "parameter of interest", "fitted", "uncertainty");
@@ -66,6 +66,17 @@ void print_toy_summary(const io::ToySummary& t, std::span<const io::FitRecord> f
   std::vector<std::pair<std::string, index_t>> order(ended.begin(), ended.end());
   std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
   for (const auto& [status, count] : order) std::printf("   not converged: %td %s\n", count, status.c_str());
+  index_t no_covariance = 0;  // converged toys whose σ̂ the pulls cannot use
+  for (const auto& f : fits)
+    if (is_toy(f) && f.result.converged() &&
+        (f.result.covariance_status == CovarianceStatus::failed || f.result.covariance_status == CovarianceStatus::not_positive_definite))
+      ++no_covariance;
+  if (no_covariance > 0)
+    std::printf("   covariance failed or not positive definite in %td converged toys: their σ̂, and so their pulls, are NaN or not valid\n",
+                no_covariance);
+  const bool observed = t.pull_reference == to_string(PullReference::observed_fit);
+  std::printf("   pulls (x̂ − truth)/σ̂ against %s\n",
+              observed ? "the fit to the observed data (the toys' data are the observed counts, fluctuated)" : "the toys' generating parameters");
   std::printf("   %-32s %14s %12s %12s %12s\n", "parameter (converged toys)", "mean fitted", "std dev", "mean pull", "pull std dev");
   for (const auto& p : t.targets)
     std::printf("   %-32s %14.6g %12.6g %+12.4f %12.4f\n", p.name.c_str(), p.value.mean, p.value.stddev, p.pull.mean, p.pull.stddev);

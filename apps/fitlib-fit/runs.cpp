@@ -34,8 +34,8 @@ std::vector<BinRange> own_shards(const Args& a) {
 /// alone streams the file for its SHA-256.
 io::RabbitTensor read_input(const Args& a, io::RabbitReadOptions ro, const std::vector<BinRange>& shards) {
   if (!shards.empty()) ro.bins = BinRange{shards.front().begin, shards.front().begin + 1};
-  if (a.rank == 0) return io::read_rabbit(a.input, ro);
-  io::RabbitTensor t = io::read_rabbit(io::hdf5::File::open(a.input), ro);
+  if (a.rank == 0) return io::read_rabbit(a.input, ro, input_file_options(a));
+  io::RabbitTensor t = io::read_rabbit(io::hdf5::File::open(a.input, io::hdf5::Access::read_only, input_file_options(a)), ro);
   t.path = a.input;
   return t;
 }

@@ -78,6 +78,12 @@ std::vector<BinRange> own_shards(const Args& a);
 /// own bins on its own thread, so the process holds one bin's rows beside them. Rank 0 alone
 /// streams the file for its SHA-256.
 io::RabbitTensor read_input(const Args& a, io::RabbitReadOptions ro, const std::vector<BinRange>& shards);
+/// How the input is opened: the bound on what its datasets may declare (--maxCompressionRatio).
+inline io::hdf5::FileOptions input_file_options(const Args& a) {
+  io::hdf5::FileOptions fo;
+  fo.max_compression_ratio = a.max_compression_ratio;
+  return fo;
+}
 /// The record of a fit that threw instead of returning a status: status aborted, the message in `error`.
 io::FitRecord failed_fit(const std::string& name, const std::string& error);
 /// Toys minimised together for `--replicaBatch` (0 = automatic) and `toys` toys; never wider than
@@ -136,6 +142,35 @@ void explain_start(Lik& lik, const io::FitRecord& rec, const Args& a) {
   if (a.rank == 0 && !why.empty()) std::fprintf(stderr, "fitlib-fit: fit '%s' cannot start: %s\n", rec.name.c_str(), why.c_str());
 }
 
+/// A covariance that failed or is not positive definite, said on stderr by rank 0 for a fit that is not
+/// a toy (the toys' summary counts theirs), as rabbit warns: the uncertainties, impacts and scans stand
+/// on it. Names the free parameters whose Hessian row is zero at the minimum, the usual cause (the
+/// likelihood does not depend on them: an all-zero template). The exit status follows the fit's
+/// status alone (command_line.cpp's footer).
+inline void warn_covariance(const io::FitRecord& rec, const Args& a) {
+  const FitResult& r = rec.result;
+  if (a.rank > 0 || is_toy(rec) || (r.covariance_status != CovarianceStatus::failed && r.covariance_status != CovarianceStatus::not_positive_definite))
+    return;
+  const std::size_t n = r.x.size();
+  std::string flat;
+  std::size_t nflat = 0;
+  if (r.hessian.size() == n * n)
+    for (std::size_t i = 0; i < n; ++i) {
+      bool zero = !r.frozen[i];
+      for (std::size_t j = 0; j < n && zero; ++j) zero = r.frozen[j] || r.hessian[i + j * n] == 0;
+      if (zero && ++nflat <= 5) flat += (flat.empty() ? "'" : ", '") + r.names[i] + "'";
+    }
+  if (nflat > 5) flat += " and " + std::to_string(nflat - 5) + " more";
+  const std::string why = nflat == 0 ? "" : "; the Hessian's row is zero for " + flat + " (the likelihood does not depend on " +
+                                                (nflat == 1 ? "it" : "them") + " at the minimum: an all-zero template?)";
+  if (r.covariance_status == CovarianceStatus::failed)
+    std::fprintf(stderr, "fitlib-fit: warning: fit '%s': the covariance failed (singular or non-finite Hessian at the minimum): its uncertainties "
+                 "are NaN, and impacts and scans that need them are NaN or left out%s\n", rec.name.c_str(), why.c_str());
+  else
+    std::fprintf(stderr, "fitlib-fit: warning: fit '%s': the Hessian is not positive definite at the minimum: the covariance (from LDLT) "
+                 "is not a valid covariance, nor its uncertainties%s\n", rec.name.c_str(), why.c_str());
+}
+
 /// One fit to the likelihood's current data, then its postfit.
 template <class Lik, class Sub>
 io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const std::string& name, std::span<const double> counts,
@@ -145,6 +180,7 @@ io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const
   rec.name = name;
   const FitOptions fo = fit_options(a);
   ProgressPrinter progress(stderr, 1);
+  progress.tolerances(tr.options().gtol, tr.options().edm_tol);
   if (a.quiet || is_toy(rec)) rec.result = fit(lik, tr, fo);  // toys: one progress line for all (run_toys)
   else {
     std::fprintf(stderr, "fitlib-fit: fit '%s'\n", name.c_str());
@@ -152,6 +188,7 @@ io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const
   }
   rec.minimize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   explain_start(lik, rec, a);
+  warn_covariance(rec, a);
   postfit(rec, lik, tr, a, counts, variances);
   return rec;
 }
@@ -166,12 +203,26 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
   const ToyOptions to = toy_options(a);
   const std::vector<double> x_default = lik.default_parameters();
   const std::vector<index_t> targets = impact_targets(m);
+  // Observed-mode toys scatter around the fit to the observed data, not around the default point:
+  // that fit (with the toys' fit options, on every rank) is their pulls' reference (toy_truth). Only
+  // its name is written (ToySummary::pull_reference), not its values, which a data fit reports blinded.
+  std::vector<double> x_observed;
+  if (pull_reference(to.data_mode) == PullReference::observed_fit) {
+    lik.set_data(m.data, m.data_variance);
+    FitOptions fo = fit_options(a);
+    fo.covariance = false;  // its point is all that is needed
+    const FitResult r = fit(lik, tr, fo);
+    if (!r.converged() && a.rank == 0)
+      std::fprintf(stderr, "fitlib-fit: warning: the fit to the observed data, which --toysDataMode observed toys are pulled against, "
+                   "did not converge (%s)\n", r.status_text().c_str());
+    x_observed = r.x;
+  }
   std::vector<double> truth;
-  // The generating point: the default parameters, with the nuisances a Bayesian toy moved (a
-  // frequentist toy moves the centres θ₀ instead, so its nuisances' truth stays the model's θ₀).
+  // The truth: the generating point (the default parameters, with the nuisances a Bayesian toy moved; a
+  // frequentist toy moves the centres θ₀ instead), or in observed mode the fit to the observed data.
   auto generate = [&](int i) {
     Toy toy = generate_toy(lik, a.seed, static_cast<std::uint64_t>(i), to);
-    const std::vector<double> x = toy.constraints.toy_parameters(x_default);
+    const std::vector<double> x = toy_truth(toy, to, x_default, x_observed);
     for (index_t t : targets) truth.push_back(x[static_cast<std::size_t>(t)]);
     return toy;
   };
@@ -252,6 +303,7 @@ io::ToySummary run_toys(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, int
   }
   io::ToySummary s;
   s.toys = n;
+  s.pull_reference = std::string(to_string(pull_reference(to.data_mode)));
   s.converged = all.converged();
   const std::vector<std::string>& names = lik.parameter_names();
   for (std::size_t k = 0; k < targets.size(); ++k) {
@@ -331,7 +383,7 @@ Fits run_all(const Args& a, std::shared_ptr<const Model> model, const std::vecto
   const auto part = [&](BinRange bins) {
     const std::lock_guard lock(hdf5);
     ro.bins = bins;
-    Model m = io::read_rabbit(io::hdf5::File::open(a.input), ro).model;
+    Model m = io::read_rabbit(io::hdf5::File::open(a.input, io::hdf5::Access::read_only, input_file_options(a)), ro).model;
     adjust_model(m, a);
     return std::make_shared<const Model>(std::move(m));
   };

@@ -3,12 +3,15 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "fitlib/fit.hpp"
 #include "fitlib/io/rabbit.hpp"
+#include "demo_analysis.hpp"
+#include "random_model.hpp"
 
 using namespace fitlib;
 
@@ -265,4 +268,109 @@ TEST_CASE("end game: rabbit's test tensor without bin-by-bin statistics, trust-k
     CHECK(std::abs(krylov.x[i] - ncg.x[i]) < 1e-7 * ncg.uncertainties[i]);
     CHECK(std::abs(krylov.uncertainties[i] / ncg.uncertainties[i] - 1) < 1e-7);
   }
+}
+
+namespace {
+
+/// Asimov data at the defaults of `lik`, then a fit with gtol = 0 (fitlib-fit's default) and the given edm_tol.
+template <class Sub, class L>
+FitResult fit_asimov(L& lik, double edm_tol) {
+  lik.set_data(asimov(lik, lik.default_parameters()));
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = edm_tol;
+  o.maxiter = 200;
+  return fit(lik, TrustRegion<Sub>(o));
+}
+
+/// Every subproblem, with and without edm_tol: an Asimov fit starts at its minimum and must say so
+/// within a few iterations, at the defaults.
+template <class L>
+void check_asimov_fits(L& lik) {
+  auto check = [&](const FitResult& r, const char* sub, double edm_tol) {
+    INFO(sub << ", edm_tol " << edm_tol << ": " << to_string(r.status) << " after " << r.iterations << " iterations, NLL " << r.nll
+              << ", EDM " << r.edm);
+    CHECK(r.converged());
+    CHECK(r.iterations <= 3);
+    const std::vector<double> x0 = lik.default_parameters();
+    for (std::size_t i = 0; i < r.x.size(); ++i) CHECK(std::abs(r.x[i] - x0[i]) < 1e-6 * r.uncertainties[i]);
+  };
+  for (double edm_tol : {1e-12, 0.0}) {
+    check(fit_asimov<Gltr>(lik, edm_tol), "trust-krylov", edm_tol);
+    check(fit_asimov<SteihaugCG>(lik, edm_tol), "trust-ncg", edm_tol);
+    check(fit_asimov<Exact>(lik, edm_tol), "trust-exact", edm_tol);
+  }
+}
+
+/// Dense and sparse, with and without bin-by-bin statistics.
+void check_asimov_fits(const Model& m) {
+  for (bool bb : {true, false}) {
+    INFO("bin-by-bin statistics " << (bb ? "on" : "off"));
+    LikelihoodOptions lo;
+    lo.bin_by_bin.enabled = bb;
+    Model sparse = m;
+    if (!sparse.sparse()) sparse.make_sparse();
+    {
+      INFO("sparse");
+      SparseSerialLikelihood lik(sparse, {}, lo);
+      check_asimov_fits(lik);
+    }
+    if (m.dense()) {
+      INFO("dense");
+      SerialLikelihood lik(m, {}, lo);
+      check_asimov_fits(lik);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("end game: an Asimov fit starts at its minimum and ends converged at once", "[minimize][endgame][asimov]") {
+  // Regression: f ≈ 1e-28 at the start, where the rounding stops that scale with |f| could not fire; with
+  // bin-by-bin statistics trust-krylov ran to maxiter (steps rejected with ρ ≈ −1e-5, then accepted steps
+  // cycling at EDM 1e-28) and trust-exact stopped with "predicted no decrease". The likelihood's
+  // rounding_floor (eps²·Σn) is the level below which no step of f is resolvable.
+  SECTION("a tensor of the reported shape: 480 + 20 masked bins, 4 processes, 50 systematics, MC statistics") {
+    test::RandomModelSpec sp;
+    sp.bins = 480;
+    sp.masked_bins = 20;
+    sp.procs = 4;
+    sp.nsyst = 50;
+    sp.template_stats = true;
+    sp.zero_counts = false;
+    sp.seed = 3;
+    check_asimov_fits(test::random_model(sp));
+  }
+  SECTION("every tensor of tests/ and the demo") {
+    const std::string data = FITLIB_TEST_DATA_DIR;
+    for (const std::string& path :
+         {data + "/rabbit/test_tensor.hdf5", data + "/rabbit/test_tensor_sparse.hdf5", data + "/rabbit/test_tensor_symmetric.hdf5",
+          data + "/rabbit/test_tensor_normal.hdf5", data + "/rabbit_fixture/test_tensor_gzip.hdf5",
+          data + "/rabbit_fixture/test_tensor_sparse_gzip.hdf5"}) {
+      INFO(path);
+      check_asimov_fits(io::read_rabbit(path).model);
+    }
+    check_asimov_fits(examples::demo_analysis());
+    // The fixture's normal-systematics tensor is stored with Blosc2 only.
+    const std::string plugins = FITLIB_HDF5_PLUGIN_DIR;
+    if (!std::filesystem::exists(std::filesystem::path(plugins) / "libh5blosc2.so")) {
+      WARN("no Blosc2 HDF5 plugin at " << plugins << " (scripts/install-deps.sh installs it); skipping test_tensor_normal.hdf5");
+      return;
+    }
+    const auto saved = io::hdf5::plugin_search_path();
+    io::hdf5::set_plugin_search_path({plugins});
+    const Model normal = io::read_rabbit(data + "/rabbit_fixture/test_tensor_normal.hdf5").model;
+    io::hdf5::set_plugin_search_path(saved);
+    check_asimov_fits(normal);
+  }
+}
+
+TEST_CASE("end game: the likelihood's rounding floor is eps²-small, and zero without counts", "[minimize][endgame][asimov]") {
+  SerialLikelihood lik(examples::demo_analysis());
+  double n = 0;
+  for (double c : lik.model().data) n += c;
+  const double eps = std::numeric_limits<double>::epsilon();
+  CHECK(lik.rounding_floor() == 1e3 * eps * eps * n);
+  lik.set_data(std::vector<double>(lik.model().data.size(), 0.0));
+  CHECK(lik.rounding_floor() == 0.0);
 }

@@ -3,7 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include <Eigen/Core>
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "demo_analysis.hpp"
 #include "random_model.hpp"
@@ -134,11 +138,18 @@ TEST_CASE("fit: callbacks observe, stop and abort", "[fit][callbacks]") {
   SerialLikelihood nll(examples::demo_analysis());
   HistoryRecorder history;
   std::FILE* out = std::tmpfile();
-  ProgressPrinter printer(out);
+  ProgressPrinter printer(out, 1, std::numeric_limits<index_t>::max());  // one line per iteration, none folded
+  printer.tolerances(tight().gtol, tight().edm_tol);
   FitResult r = fit(nll, TrustRegion<SteihaugCG>(tight()), {}, history, printer);
   REQUIRE(r.converged());
   CHECK(static_cast<index_t>(history.history().size()) == r.iterations);
   CHECK(std::ftell(out) > 80 * r.iterations / 2);
+  // The last line names the test that ended the fit with its number, as FitResult::status_text does.
+  std::string text(static_cast<std::size_t>(std::ftell(out)), '\0');
+  std::rewind(out);
+  REQUIRE(std::fread(text.data(), 1, text.size(), out) == text.size());
+  CHECK(text.ends_with("stopped: " + r.status_text() + "\n"));
+  CHECK(r.status_text() != to_string(r.status));  // a number was added
   std::fclose(out);
 
   TimeLimit limit(-1.0);  // already exceeded at the first iteration
@@ -166,7 +177,16 @@ TEMPLATE_TEST_CASE("fit: the EDM convergence test and the iteration limit are st
   o.edm_tol = 1e-6;
   FitResult r = fit(nll, TrustRegion<TestType>(o));
   CHECK(r.status == FitStatus::converged_edm);
-  CHECK(r.edm < 1e-6);  // the EDM at the minimum, computed anew by fit()
+  CHECK(r.edm < 1e-6);  // the EDM that passed the test
+  CHECK(r.edm == r.stop.edm);
+  // ... which the postfit covariance's ½gᵀCg at the same point repeats (CG's 1e-8 residual aside).
+  const std::size_t n = r.x.size();
+  double edm = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) edm += 0.5 * r.gradient[i] * r.covariance[i + j * n] * r.gradient[j];
+  CHECK(std::abs(edm - r.edm) <= 1e-6 * r.edm);
+  CHECK(r.status_text() == describe(FitStatus::converged_edm, r.stop));
+  CHECK(r.status_text().find(" below edm_tol 1e-06") != std::string::npos);
   CHECK(std::abs(r.nll - reference_fit().nll) < 1e-6);
   CHECK(r.iterations < reference_fit().iterations);  // it stops earlier than the gtol 1e-9 fit
   o.edm_tol = 0;
@@ -219,4 +239,134 @@ TEST_CASE("fit: a preconditioner from a supplied reference Hessian", "[fit]") {
   const FitResult r = fit(nll, TrustRegion<Gltr>(tight()), opts);
   check_same_minimum(r, ref);
   CHECK(r.counts.hessians == 1);  // only the postfit one
+}
+
+namespace {
+/// A model whose signal template is all zero: the likelihood does not depend on the POI, so the Hessian's
+/// POI row is zero at every point and the covariance fails.
+Model zero_signal_template_model() {
+  ModelBuilder mb;
+  mb.add_channel("sr", 6);
+  mb.add_process("signal", /*signal=*/true).add_process("background");
+  mb.add_systematic("lumi").add_systematic("bkg_slope");
+  const std::vector<double> bkg = {200, 160, 128, 102, 82, 66}, tilted = {180, 150, 125, 104, 87, 73},
+                            data = {209, 151, 133, 98, 88, 61};
+  mb.set_nominal("sr", "background", bkg).set_data("sr", data);
+  mb.add_norm_variation("lumi", "sr", "background", 1.025);
+  mb.add_shape_variation("bkg_slope", "sr", "background", tilted);
+  return mb.build();
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("fit: a stop decided by the EDM reports that EDM, also where the covariance then fails", "[fit]", SteihaugCG, Gltr) {
+  // fitlib-fit reported "converged (EDM below edm_tol)" with edm NaN: the minimizer's CG EDM stays in the
+  // gradient's Krylov space and passes, while the postfit ½gᵀCg used the failed (NaN) covariance.
+  SerialLikelihood nll(zero_signal_template_model());
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = 1e-6;
+  const FitResult r = fit(nll, TrustRegion<TestType>(o));
+  REQUIRE(r.status == FitStatus::converged_edm);
+  CHECK(r.covariance_status == CovarianceStatus::failed);
+  CHECK(std::isnan(r.uncertainties[0]));
+  CHECK(std::abs(r.x[0] - r.x0[0]) < 1e-12);  // the likelihood has no slope along the POI
+  CHECK(std::isfinite(r.edm));
+  CHECK(r.edm >= 0);
+  CHECK(r.edm < o.edm_tol);
+  CHECK(r.edm == r.stop.edm);
+  CHECK(r.stop.edm_tol == o.edm_tol);
+  char expected[96];
+  std::snprintf(expected, sizeof expected, "converged (EDM %.3g below edm_tol 1e-06)", r.edm);
+  CHECK(r.status_text() == expected);
+  CHECK(to_string(r.status) == "converged (EDM below edm_tol)");  // the short name results files keep
+  CHECK(r.report().find(expected) != std::string::npos);
+}
+
+TEST_CASE("describe: a status with the test that ended the fit and its number", "[fit][status]") {
+  StopTest t;
+  t.gradient_norm = 3.25e-9;
+  t.edm = 3.2e-15;
+  t.f = 1000;
+  t.gtol = 1e-8;
+  t.edm_tol = 1e-12;
+  CHECK(describe(FitStatus::converged_gtol, t) == "converged (gradient norm 3.25e-09 below gtol 1e-08)");
+  CHECK(describe(FitStatus::converged_edm, t) == "converged (EDM 3.2e-15 below edm_tol 1e-12)");
+  CHECK(describe(FitStatus::converged_precision, t) ==
+        "converged (no decrease resolvable in double precision: EDM 3.2e-15 within f's rounding 8.88e-13)");
+  t.rounding_floor = 1e-10;  // an objective's floor above 4·eps·|f|
+  CHECK(describe(FitStatus::converged_precision, t) ==
+        "converged (no decrease resolvable in double precision: EDM 3.2e-15 within f's rounding 1e-10)");
+  t.rounding_floor = 0;
+  t.edm = 2e-3;
+  CHECK(describe(FitStatus::stalled, t) ==
+        "stalled: no decrease resolvable in double precision, but the EDM 0.002 is above edm_tol 1e-12 and f's rounding 8.88e-13 "
+        "(not a verified minimum)");
+  t.edm = std::numeric_limits<double>::infinity();
+  CHECK(describe(FitStatus::stalled, t).find("no EDM (H not positive definite") != std::string::npos);
+  t.gradient_norm = 0;
+  CHECK(describe(FitStatus::converged_gtol, t) == "converged (gradient exactly zero)");
+  // Unknown numbers or tolerances: the short name, or the number alone.
+  const StopTest unknown;
+  for (FitStatus s : {FitStatus::converged_gtol, FitStatus::converged_edm, FitStatus::converged_precision, FitStatus::stalled,
+                      FitStatus::max_iterations, FitStatus::aborted})
+    CHECK(describe(s, unknown) == to_string(s));
+  StopTest no_tolerance;
+  no_tolerance.edm = 5e-13;
+  CHECK(describe(FitStatus::converged_edm, no_tolerance) == "converged (EDM 5e-13 below edm_tol)");
+}
+
+TEST_CASE("ProgressPrinter folds runs of rejected steps into one line each", "[fit][callbacks]") {
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  ProgressPrinter printer(out);  // folds after 3 rejected steps in a row
+  printer.tolerances(0, 1e-12);
+  printer.on_begin();
+  index_t iteration = 0;
+  double radius = 1;
+  auto step = [&](bool accepted) {
+    IterationSummary s;
+    s.iteration = ++iteration;
+    s.f = 10;
+    s.f_trial = accepted ? 9 : 11;
+    s.predicted_decrease = 1e-3;
+    s.radius = radius;
+    if (!accepted) radius *= 0.25;
+    s.radius_next = radius;
+    s.accepted = accepted;
+    s.rho = accepted ? 1 : -1;
+    printer.on_iteration(s);
+  };
+  step(true);
+  step(true);
+  for (int i = 0; i < 2000; ++i) step(false);  // a radius collapsing over thousands of rejected steps
+  step(true);
+  step(false);  // a short run is printed as it is
+  step(false);
+  step(true);
+  for (int i = 0; i < 500; ++i) step(false);  // a run still open at the end
+  IterationSummary last;
+  last.iteration = ++iteration;
+  last.f = last.f_trial = 9;
+  last.edm = 3.2e-15;
+  last.accepted = true;
+  printer.on_iteration(last);
+  printer.on_end(FitStatus::converged_edm);
+
+  std::string text(static_cast<std::size_t>(std::ftell(out)), '\0');
+  std::rewind(out);
+  REQUIRE(std::fread(text.data(), 1, text.size(), out) == text.size());
+  std::fclose(out);
+  std::vector<std::string> lines;
+  for (std::size_t b = 0, e; (e = text.find('\n', b)) != std::string::npos; b = e + 1) lines.push_back(text.substr(b, e - b));
+  INFO(text);
+  // header, 2 accepted, 3 rejected + 1 fold, 1 accepted, 2 rejected, 1 accepted, 3 rejected + 1 fold, 1 accepted, stopped
+  REQUIRE(lines.size() == 17);
+  char fold[160];
+  std::snprintf(fold, sizeof fold, "%6s … 1997 more steps rejected (iterations 6–2002), radius %.4g → %.4g", "", std::pow(0.25, 3), std::pow(0.25, 2000));
+  CHECK(lines[6] == fold);
+  CHECK(lines[7].find("(rejected)") == std::string::npos);  // the accepted step after the run
+  CHECK(lines[8].find("(rejected)") != std::string::npos);
+  CHECK(lines[9].find("(rejected)") != std::string::npos);
+  CHECK(lines[14].find("… 497 more steps rejected (iterations 2010–2506)") != std::string::npos);
+  CHECK(lines[16] == "stopped: converged (EDM 3.2e-15 below edm_tol 1e-12)");
 }

@@ -30,4 +30,13 @@ concept objective_with_hessian = objective<F> && requires(F& f, ConstBlockView<d
   f.hessian(x, values, grad, hess);
 };
 
+/// An objective that states the absolute level below which differences of its value, and its EDM,
+/// are rounding, whatever the value's own size: `rounding_floor()` ≥ 0. A sum of many terms that
+/// cancel to f ≈ 0 at the minimum (an NLL on Asimov data) rounds far above eps·|f|; the
+/// trust region's precision stops use max(4·eps·|f|, rounding_floor()) (minimize/trust_region.hpp).
+template <class F>
+concept objective_with_rounding_floor = objective<F> && requires(const F& cf) {
+  { cf.rounding_floor() } -> std::convertible_to<double>;
+};
+
 }  // namespace fitlib

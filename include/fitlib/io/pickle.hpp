@@ -89,6 +89,10 @@ struct Limits {
   /// value, shared ones counted at each use (and so are the names the decoder copies while it runs). 0 (the
   /// default): 64 times the stream's size, at least 1 MiB and at most 1 GiB (`default_max_bytes`).
   std::size_t max_bytes = 0;
+  /// The decoder's working memory, whatever the stream's size: the values the stream has created so far (every
+  /// pushed value is kept until STOP, popped ones too, about 200 bytes each besides its text) plus the entries on its
+  /// stack and marks. A stream of one-byte opcodes would otherwise cost some 200 times its size.
+  std::size_t max_nodes = std::size_t{1} << 21;
 
   static constexpr std::size_t value_cost = 32;  ///< the nominal bytes charged per value (max_values bounds their count)
   /// `max_bytes`'s default for a stream of `size` bytes: max(64 × size, 1 MiB), at most 1 GiB.
@@ -111,6 +115,8 @@ class Machine {
     while (true) {
       if (pos_ >= in_.size()) fail("the stream ends before its STOP opcode (truncated)", in_.size());
       at_ = pos_;
+      if (nodes_.size() + stack_.size() + marks_.size() > limits_.max_nodes)
+        fail("more than " + std::to_string(limits_.max_nodes) + " values and stack entries at once (Limits::max_nodes)", at_);
       const std::uint8_t op = in_[pos_++];
       if (op == '.') {
         const std::size_t top = pop();
@@ -553,8 +559,9 @@ class Machine {
 
 /// Decodes one pickle (protocols 0–5) without executing anything. Throws `file_error` naming what was wrong and
 /// the byte offset: a truncated stream, an unknown opcode, a stack underflow, a length beyond the stream, nesting
-/// deeper than `limits.max_depth`, more than `limits.max_values` values, or a tree beyond `limits.max_bytes` (by
-/// default 64 times the stream's size, within [1 MiB, 1 GiB]). Bytes after STOP are ignored.
+/// deeper than `limits.max_depth`, more than `limits.max_values` values, a tree beyond `limits.max_bytes` (by
+/// default 64 times the stream's size, within [1 MiB, 1 GiB]), or more than `limits.max_nodes` values created and
+/// stack entries while decoding. Bytes after STOP are ignored.
 inline Value decode(std::span<const std::uint8_t> bytes, const Limits& limits = {}) {
   return detail::Machine(bytes, limits).run();
 }

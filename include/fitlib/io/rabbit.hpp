@@ -46,6 +46,12 @@ struct RabbitReadOptions {
   /// model: all Bf bins, masked ones included. Everything else (nominal yields, data, variances...) is read whole.
   /// Empty: the whole tensor. A range that is empty or not inside [0, Bf) is a `usage_error`.
   std::optional<BinRange> bins = std::nullopt;
+  /// The largest `meta` pickle read (meta/pickle_data, in bytes; 64 MiB by default). rabbit's meta is kilobytes to a
+  /// few megabytes (channels, axes, the writer's arguments); a larger one is refused before it is read, a
+  /// `file_error` naming its size and this option (skipped as undecodable when `systematic_type` is set), so that a
+  /// corrupt or hostile file cannot cost many times its size in memory. Raise it for a trusted file (fitlib-fit
+  /// --maxMetaMiB). The decoded pickle is further bounded by pickle::Limits' defaults.
+  std::size_t max_meta_bytes = std::size_t{64} << 20;
 };
 
 /// What rabbit's `meta` group says about a tensor: a Python pickle of a dict (rabbit-likelihood-and-format.md §1.7).
@@ -679,9 +685,21 @@ class Reader {
 
   static const char* type_name(SystematicType t) { return t == SystematicType::normal ? "normal" : "log_normal"; }
 
-  /// meta/pickle_data decoded as the dict wums' pickle_dump_h5py wrote (format version 1, one in-band pickle).
-  /// Any failure is a file_error saying what could not be read.
-  pickle::Value decode_meta() const {
+  /// Whether a filter of the dataset `ds`'s pipeline cannot be applied (its plugin is missing).
+  bool filter_missing(const std::string& ds) const {
+    try {
+      for (const hdf5::FilterInfo& f : hdf5::filters(f_, ds))
+        if (!f.available) return true;
+    } catch (const file_error&) {
+    }
+    return false;
+  }
+
+  /// meta/pickle_data decoded as the dict wums' pickle_dump_h5py wrote (format version 1, one in-band pickle), at
+  /// most RabbitReadOptions::max_meta_bytes of it, read in bounded parts (no int64 copy of the whole).
+  /// Any failure is a file_error saying what could not be read; `missing_filter` is set when that is a filter
+  /// plugin the dataset needs.
+  pickle::Value decode_meta(bool& missing_filter) const {
     const std::string ds = "meta/pickle_data";
     const auto bad = [&](const std::string& where, const std::string& what) {
       throw file_error("rabbit tensor '" + f_.file_name() + "': " + where + " " + what);
@@ -693,11 +711,33 @@ class Reader {
       bad("group 'meta'", "has " + version + " = " + (v.size() == 1 ? std::to_string(v[0]) : std::to_string(v.size()) + " values") +
                               "; this reader knows version 1 only");
     require(ds, "the pickled meta data");
-    const auto raw = hdf5::read_int64s(f_, ds);
-    std::vector<std::uint8_t> bytes(raw.values.size());
-    for (std::size_t k = 0; k < bytes.size(); ++k) {
-      if (raw.values[k] < 0 || raw.values[k] > 255) bad("dataset '" + ds + "'", "holds " + std::to_string(raw.values[k]) + " at index " + std::to_string(k) + ", not a byte");
-      bytes[k] = static_cast<std::uint8_t>(raw.values[k]);
+    // Opening and reading are where a missing filter plugin shows; nothing else here is a filter's doing.
+    const auto filtered = [&](auto&& step) {
+      try {
+        return step();
+      } catch (const file_error&) {
+        missing_filter = filter_missing(ds);
+        throw;
+      }
+    };
+    const auto reader = filtered([&] { return hdf5::RowReader<std::int64_t>(f_, ds); });
+    const std::size_t n = reader.rows() * reader.row_size();  // the stored element count (open_numeric checked the shape)
+    if (n > opt_.max_meta_bytes) {
+      constexpr std::size_t mib = std::size_t{1} << 20;
+      const auto size = [&](std::size_t b) { return std::to_string(b) + " bytes" + (b % mib == 0 ? " = " + std::to_string(b / mib) + " MiB" : ""); };
+      bad("dataset '" + ds + "'", "holds a pickle of " + size(n) + ", more than the limit of " + size(opt_.max_meta_bytes) +
+                                      " (RabbitReadOptions::max_meta_bytes); rabbit writes kilobytes to a few megabytes there: raise the "
+                                      "limit if the file is trusted");
+    }
+    std::vector<std::uint8_t> bytes;
+    bytes.reserve(n);
+    const std::size_t step = std::max<std::size_t>(1, (std::size_t{1} << 20) / std::max<std::size_t>(1, reader.row_size()));  // ~8 MB reads
+    for (std::size_t r = 0; r < reader.rows(); r += step) {
+      const auto part = filtered([&] { return reader.read(r, std::min(step, reader.rows() - r)); });
+      for (const std::int64_t b : part.values) {
+        if (b < 0 || b > 255) bad("dataset '" + ds + "'", "holds " + std::to_string(b) + " at index " + std::to_string(bytes.size()) + ", not a byte");
+        bytes.push_back(static_cast<std::uint8_t>(b));
+      }
     }
     pickle::Value v;
     try {
@@ -717,13 +757,17 @@ class Reader {
     m.systematic_type = asked.value_or(SystematicType::log_normal);
     if (!has("meta")) return;
     RabbitMeta meta;
+    bool missing_filter = false;
     try {
-      meta.pickle = decode_meta();
+      meta.pickle = decode_meta(missing_filter);
     } catch (const file_error& e) {
+      // The plugin advice only where a filter is what failed: a malformed or oversized pickle was read fine.
       if (!asked)
-        throw file_error(std::string(e.what()) + "; rabbit records the systematic type only there: make the group readable (a Blosc filter "
-                         "plugin, HDF5 filter 32001: Debian's hdf5-filter-plugin-blosc-serial, or fitlib-fit --hdf5PluginPath) or pass --systematicType log_normal|normal "
-                         "(RabbitReadOptions::systematic_type) to read the tensor without it");
+        throw file_error(std::string(e.what()) + "; rabbit records the systematic type only there: " +
+                         (missing_filter ? "make the group readable (the filter plugin named above: for Blosc, HDF5 filter 32001, Debian's "
+                                           "hdf5-filter-plugin-blosc-serial; fitlib-fit --hdf5PluginPath) or pass"
+                                         : "pass") +
+                         " --systematicType log_normal|normal (RabbitReadOptions::systematic_type) to read the tensor without it");
       out.meta_skipped = std::string("skipped the meta group, which cannot be decoded (") + e.what() + "); systematic_type " + type_name(*asked) +
                          " as RabbitReadOptions::systematic_type sets it";
       return;
@@ -860,10 +904,12 @@ inline std::vector<BinRange> rabbit_partition(const std::string& path, index_t c
 /// nothing executed; RabbitReadOptions::systematic_type). Its channels are not used yet: the bins form one channel
 /// "ch0" of the unmasked bins and "ch1_masked" of the rest, as rabbit does without `meta`. Records the file's SHA-256, which streams
 /// every byte of the file even when `opts.bins` reads part of the tensor (read from an open file to skip it).
-inline RabbitTensor read_rabbit(const std::string& path, const RabbitReadOptions& opts = {}) {
+/// `file_opts` bound what the reading may allocate (hdf5::FileOptions: the read limit, the compression ratio).
+inline RabbitTensor read_rabbit(const std::string& path, const RabbitReadOptions& opts = {}, const hdf5::FileOptions& file_opts = {}) {
+  file_opts.validate();
   // The digest streams the whole file once more: on a thread of its own, alongside HDF5's reading.
   auto digest = std::async(std::launch::async, [path] { return sha256_file(path); });
-  const hdf5::File file = hdf5::File::open(path);
+  const hdf5::File file = hdf5::File::open(path, hdf5::Access::read_only, file_opts);
   RabbitTensor t = read_rabbit(file, opts);
   t.sha256 = digest.get();
   return t;

@@ -18,6 +18,7 @@
 #include "fitlib/postfit/gof.hpp"
 #include "fitlib/postfit/impacts.hpp"
 #include "fitlib/postfit/scan.hpp"
+#include "fitlib/replica/pseudo_data.hpp"
 #include "fitlib/replica/replica_batch.hpp"
 #include "fitlib/version.hpp"
 
@@ -47,9 +48,12 @@ struct ToySummary {
   struct Target {
     std::string name;
     Spread value;  ///< of x̂
-    Spread pull;   ///< of (x̂ − truth)/σ̂, truth = the toy's generating value
+    Spread pull;   ///< of (x̂ − truth)/σ̂, truth per `pull_reference`
   };
   index_t toys = 0, converged = 0;
+  /// What the pulls were taken against (fitlib::toy_truth): "generating_point" (the toy's generating
+  /// parameters, --toysDataMode expected) or "observed_fit" (the fit to the observed data, observed mode).
+  std::string pull_reference = std::string(to_string(PullReference::generating_point));
   /// Toys minimised together (1: one after the other).
   index_t width = 1;
   /// Wall time of the minimisations alone (not toy generation, not postfit).
@@ -65,10 +69,26 @@ struct ToySummary {
 /// What describes the whole run.
 struct RunInfo {
   std::string input_path, input_sha256, command_line;
+  /// The options, written as given except that an integer beyond ±2⁵³ (anywhere in it) is written as its decimal
+  /// string: readers that hold JSON numbers as doubles (jq, JavaScript, ...) would round it. A value that can be
+  /// that large (fitlib-fit's seed) is best given as a string always, so that its type does not depend on it.
   nlohmann::json options = nlohmann::json::object();
 };
 
 namespace detail {
+
+/// `j` with every integer beyond ±2⁵³ (those a double cannot hold exactly) as its decimal string (RunInfo::options).
+inline nlohmann::json exact_integers(nlohmann::json j) {
+  constexpr std::uint64_t exact = std::uint64_t{1} << 53;
+  if (j.is_number_unsigned()) {
+    if (const auto u = j.get<std::uint64_t>(); u > exact) return std::to_string(u);
+  } else if (j.is_number_integer()) {
+    if (const auto i = j.get<std::int64_t>(); i > static_cast<std::int64_t>(exact) || i < -static_cast<std::int64_t>(exact)) return std::to_string(i);
+  } else if (j.is_structured()) {
+    for (auto& x : j) x = exact_integers(std::move(x));
+  }
+  return j;
+}
 
 inline nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
@@ -134,6 +154,7 @@ inline void write_toys(const hdf5::Location& file, const ToySummary& t) {
   hdf5::write_attribute(g, "width", static_cast<std::int64_t>(t.width));
   hdf5::write_attribute(g, "seconds", t.seconds);
   hdf5::write_attribute(g, "toys_per_second", t.toys_per_second());
+  hdf5::write_attribute(g, "pull_reference", t.pull_reference);
   if (t.batch) {
     hdf5::write_attribute(g, "evaluations", static_cast<std::int64_t>(t.batch->evaluations));
     hdf5::write_attribute(g, "columns", static_cast<std::int64_t>(t.batch->columns));
@@ -169,7 +190,8 @@ inline nlohmann::json toys_json(const ToySummary& t) {
                       {"converged", t.converged},
                       {"width", t.width},
                       {"seconds", t.seconds},
-                      {"toys_per_second", finite_or_null(t.toys_per_second())}};
+                      {"toys_per_second", finite_or_null(t.toys_per_second())},
+                      {"pull_reference", t.pull_reference}};
   j["batch"] = t.batch ? nlohmann::json{{"evaluations", t.batch->evaluations}, {"columns", t.batch->columns}, {"active_fraction", t.batch->active_fraction}}
                        : nlohmann::json(nullptr);
   j["parameters"] = nlohmann::json::array();
@@ -187,7 +209,7 @@ inline void write_run(const hdf5::File& file, const RunInfo& run, const std::vec
   hdf5::write_attribute(file, "input_path", run.input_path);
   hdf5::write_attribute(file, "input_sha256", run.input_sha256);
   hdf5::write_attribute(file, "command_line", run.command_line);
-  hdf5::write_attribute(file, "options", run.options.dump());
+  hdf5::write_attribute(file, "options", detail::exact_integers(run.options).dump());
   std::vector<std::string> names;
   for (const FitRecord& f : fits) names.push_back(f.name);
   hdf5::write_strings(file, "fits", names);
@@ -270,7 +292,7 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
   j["format_version"] = results_format_version;
   j["input"] = {{"path", run.input_path}, {"sha256", run.input_sha256}};
   j["command_line"] = run.command_line;
-  j["options"] = run.options;
+  j["options"] = detail::exact_integers(run.options);
   j["fits"] = nlohmann::json::array();
   for (const FitRecord& f : fits) {
     const FitResult& r = f.result;

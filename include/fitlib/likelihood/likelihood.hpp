@@ -326,6 +326,19 @@ class Likelihood {
     penalties_.add_hessians(shards_, x, hess, penalty_scales());
   }
 
+  /// The level below which differences of the NLL, and its EDM, are rounding (objective_with_rounding_floor):
+  /// 1e3·eps²·Σ n_b over the observed counts. A yield ν carries a relative rounding of some tens of eps (the
+  /// exponent's sum over systematics, the products, the sum over processes); a bin's term is flat at its
+  /// minimum, so that rounding moves it by about n·δ², and the gradient's rounding gives an EDM of
+  /// eps²·Σ ν at most (Cauchy–Schwarz over the bins). At f ≈ 0 (Asimov data, where every term vanishes)
+  /// that, not eps·|f|, is what no step can resolve. The likelihood's own data; a replica's are of its size.
+  double rounding_floor() const {
+    double n = 0;
+    for (double c : counts_) n += c;
+    const double eps = std::numeric_limits<double>::epsilon();
+    return 1e3 * eps * eps * n;
+  }
+
   // ---- conveniences for one parameter vector ---------------------------------------------
 
   double value(std::span<const double> x) {

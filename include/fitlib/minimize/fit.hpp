@@ -67,14 +67,23 @@ struct FitResult {
   std::vector<double> gradient;       ///< at the minimum
   std::vector<bool> frozen;
   double nll = std::numeric_limits<double>::quiet_NaN();
-  double edm = std::numeric_limits<double>::quiet_NaN();  ///< ½·gᵀ·C·g over the free parameters
+  /// ½·gᵀH⁻¹g over the free parameters: where the minimizer's stop was decided by an EDM
+  /// (converged_edm, converged_precision, stalled), the one it tested (its `stop.edm`, also where
+  /// the covariance then failed); else ½·gᵀ·C·g with the postfit covariance C (NaN without one).
+  double edm = std::numeric_limits<double>::quiet_NaN();
   FitStatus status = FitStatus::running;
+  /// The numbers the stop was decided by (gradient norm, EDM, f) and the tolerances they were tested
+  /// against; `status_text()` says them.
+  StopTest stop;
   CovarianceStatus covariance_status = CovarianceStatus::not_computed;
   index_t iterations = 0;
   EvaluationCounts counts;
   double seconds = 0;
 
   bool converged() const { return fitlib::converged(status); }
+  /// The status with the test that ended the fit and the number that passed it, e.g. "converged
+  /// (EDM 3.2e-15 below edm_tol 1e-12)"; `to_string(status)` is the short name.
+  std::string status_text() const { return describe(status, stop); }
   index_t index(const std::string& name) const {
     for (std::size_t i = 0; i < names.size(); ++i)
       if (names[i] == name) return static_cast<index_t>(i);
@@ -94,9 +103,8 @@ struct FitResult {
         std::snprintf(line, sizeof line, "%-28s %14.6g %14.6g %14.6g\n", names[i].c_str(), x0[i], x[i], uncertainties[i]);
       out += line;
     }
-    std::snprintf(line, sizeof line, "NLL %.10g   EDM %.3g   %s\ncovariance: %s\n", nll, edm, std::string(to_string(status)).c_str(),
-                  std::string(to_string(covariance_status)).c_str());
-    out += line;
+    std::snprintf(line, sizeof line, "NLL %.10g   EDM %.3g   ", nll, edm);
+    out += line + status_text() + "\ncovariance: " + std::string(to_string(covariance_status)) + "\n";
     std::snprintf(line, sizeof line, "%td iterations, %td values+gradients, %td HVPs, %td Hessians, %.3f s\n", iterations,
                   counts.values, counts.hvps, counts.hessians, seconds);
     out += line;
@@ -292,6 +300,9 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
     r.x.resize(static_cast<std::size_t>(n));
     reduced.to_full(ConstBlockView<double>(state.x.data(), m, 1), BlockView<double>(r.x.data(), n, 1));
     r.status = state.status;
+    // What the stop tested, at the final iterate: the EDM is the one the last step computed (NaN
+    // if it computed none); ½gᵀH⁻¹g does not change under the fixed linear change of variables.
+    r.stop = {state.gradient_norm, state.last.edm, state.f, minimizer.options().gtol, minimizer.options().edm_tol, state.rounding_floor};
   } else {  // everything frozen (a scan point, a fixed hypothesis): nothing to minimise
     r.x = r.x0;
     r.status = FitStatus::converged_gtol;
@@ -301,6 +312,13 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   r.counts += extra;  // the preconditioner's prefit Hessian
 
   detail::postfit(f, r, free, options.covariance);
+  // A stop decided by an EDM reports the EDM it tested: the postfit's ½gᵀCg is NaN where the
+  // covariance fails (a parameter the likelihood does not depend on makes H singular, while the
+  // minimizer's CG EDM never leaves the gradient's Krylov space and passes), and would otherwise
+  // only repeat it to rounding.
+  if ((r.status == FitStatus::converged_edm || r.status == FitStatus::converged_precision || r.status == FitStatus::stalled) &&
+      !std::isnan(r.stop.edm))
+    r.edm = r.stop.edm;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

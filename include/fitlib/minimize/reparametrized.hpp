@@ -35,6 +35,11 @@ class Reparametrized {
   }
 
   void value(ConstBlockView<double> Y, std::span<double> f) { f_->value(full_points(Y), f); }
+  double rounding_floor() const
+    requires objective_with_rounding_floor<F>
+  {
+    return f_->rounding_floor();
+  }
 
   void value_grad(ConstBlockView<double> Y, std::span<double> f, BlockView<double> G) {
     const auto X = full_points(Y);

@@ -2,6 +2,11 @@
 // How a minimisation ended, and how its covariance came out: statuses, never exceptions.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
 #include <string_view>
 
 namespace fitlib {
@@ -12,7 +17,8 @@ enum class FitStatus {
   converged_gtol,      ///< ‖g‖ < gtol (SciPy's status 0)
   converged_edm,       ///< the EDM ½·gᵀH⁻¹g at the final point is below edm_tol
   converged_callback,  ///< a callback declared convergence (e.g. stalled improvement)
-  converged_precision, ///< a rejected step (or, with edm_tol = 0, an accepted step judged by the gradients)
+  converged_precision, ///< a rejected step (or, with edm_tol = 0, an accepted step judged by the gradients or
+                       ///< below the objective's rounding floor, or a step with no predicted decrease at all)
                        ///< predicted a decrease below f's rounding level, and so does the EDM at the final
                        ///< point (finite, positive-definite Hessian)
 
@@ -48,6 +54,60 @@ constexpr std::string_view to_string(FitStatus s) {
     case FitStatus::not_finite_gradient: return "gradient not finite at the starting point (the value is finite)";
   }
   return "unknown";
+}
+
+/// The numbers a minimisation's stop was decided by, in the minimizer's own coordinates, and the
+/// thresholds they were tested against; NaN where not known. `fit` fills it (FitResult::stop).
+struct StopTest {
+  double gradient_norm = std::numeric_limits<double>::quiet_NaN();  ///< ‖g‖ at the final iterate (gtol's test)
+  double edm = std::numeric_limits<double>::quiet_NaN();  ///< the EDM ½·gᵀH⁻¹g the end game computed at the final iterate (+∞: H not positive definite); NaN if none
+  double f = std::numeric_limits<double>::quiet_NaN();    ///< the objective at the final iterate: no value of f resolves a decrease below 4·eps·|f|
+  double gtol = std::numeric_limits<double>::quiet_NaN();
+  double edm_tol = std::numeric_limits<double>::quiet_NaN();
+  double rounding_floor = 0;  ///< the objective's rounding floor (objective_with_rounding_floor), 0 without one
+
+  /// f's rounding level max(4·eps·|f|, rounding_floor), the precision stops' threshold.
+  double rounding() const { return std::max(4 * std::numeric_limits<double>::epsilon() * std::abs(f), rounding_floor); }
+};
+
+/// The status with the test that ended the minimisation and the number that passed (or failed) it,
+/// e.g. "converged (EDM 3.2e-15 below edm_tol 1e-12)"; `to_string` where the numbers are not known.
+/// `to_string` stays the short name that results files keep.
+inline std::string describe(FitStatus s, const StopTest& t) {
+  char buf[320];
+  auto threshold = [](double v) {  // " 1e-12", or nothing where the threshold is not known
+    char b[40] = "";
+    if (!std::isnan(v)) std::snprintf(b, sizeof b, " %.3g", v);
+    return std::string(b);
+  };
+  switch (s) {
+    case FitStatus::converged_gtol:
+      if (t.gradient_norm == 0) return "converged (gradient exactly zero)";
+      if (std::isnan(t.gradient_norm)) break;
+      std::snprintf(buf, sizeof buf, "converged (gradient norm %.3g below gtol%s)", t.gradient_norm, threshold(t.gtol).c_str());
+      return buf;
+    case FitStatus::converged_edm:
+      if (std::isnan(t.edm)) break;
+      std::snprintf(buf, sizeof buf, "converged (EDM %.3g below edm_tol%s)", t.edm, threshold(t.edm_tol).c_str());
+      return buf;
+    case FitStatus::converged_precision:
+      if (std::isnan(t.edm) || std::isnan(t.f)) break;
+      std::snprintf(buf, sizeof buf, "converged (no decrease resolvable in double precision: EDM %.3g within f's rounding %.3g)", t.edm,
+                    t.rounding());
+      return buf;
+    case FitStatus::stalled:
+      if (std::isnan(t.edm) || std::isnan(t.f)) break;
+      if (std::isinf(t.edm))
+        return "stalled: no decrease resolvable in double precision, and no EDM (H not positive definite, or CG did not converge): "
+               "not a verified minimum";
+      std::snprintf(buf, sizeof buf,
+                    "stalled: no decrease resolvable in double precision, but the EDM %.3g is above edm_tol%s and f's rounding %.3g "
+                    "(not a verified minimum)",
+                    t.edm, threshold(t.edm_tol).c_str(), t.rounding());
+      return buf;
+    default: break;
+  }
+  return std::string(to_string(s));
 }
 
 /// How the postfit covariance (the inverse Hessian at the minimum) came out.

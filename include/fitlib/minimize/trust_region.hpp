@@ -50,6 +50,8 @@ struct TrustRegionState {
   double f_trial = std::numeric_limits<double>::quiet_NaN();
   double gradient_norm = std::numeric_limits<double>::quiet_NaN();
   double radius = 0;
+  /// The objective's rounding_floor() (0 for one without): the least level of f's rounding.
+  double rounding_floor = 0;
   index_t iteration = 0;
   index_t maxiter = 0;
   FitStatus status = FitStatus::running;
@@ -134,6 +136,8 @@ class TrustRegion {
     s.subproblem = prototype_;
     s.subproblem.reset(n);
     s.start = std::chrono::steady_clock::now();
+    s.rounding_floor = 0;
+    if constexpr (objective_with_rounding_floor<F>) s.rounding_floor = f.rounding_floor();
     evaluate(f, s.x, s.f, s.g, s.counts);
     s.gradient_norm = detail::norm2(s.g);
     if (!std::isfinite(s.f) || !std::isfinite(s.gradient_norm)) {
@@ -164,7 +168,14 @@ class TrustRegion {
     // A trial whose value or gradient is not finite is rejected and the radius shrinks (§6.4).
     const bool trial_finite = std::isfinite(s.f_trial) && std::isfinite(detail::norm2(s.g_trial));
     double rho = -std::numeric_limits<double>::infinity();
-    if (std::isfinite(predicted) && predicted <= 0) return s.status = FitStatus::bad_prediction;
+    // No predicted decrease: SciPy's failure, unless x is a minimum to f's rounding, where the prediction
+    // itself is a rounded-off zero (an exact Hessian at an Asimov fit's start).
+    if (std::isfinite(predicted) && predicted <= 0) {
+      const double e = s.last.edm = edm(f, s);
+      if (e < opts_.edm_tol) return s.status = FitStatus::converged_edm;
+      if (e <= resolution(s)) return s.status = FitStatus::converged_precision;
+      return s.status = FitStatus::bad_prediction;
+    }
     // The end game. SciPy's ρ = (f − f⁺)/pred (trust-region.md §1.5) takes f − f⁺ to be exact, but it
     // carries the rounding of f: a sum of many large terms rounds to many eps·|f| (the likelihood's
     // Poisson term, written n·(ln ν − ln n) before likelihood/cell.hpp's log1p form, had a measured
@@ -224,7 +235,7 @@ class TrustRegion {
 
     if (stationary(s)) return s.status = FitStatus::converged_gtol;
     // f's rounding at the (new) iterate: no value of f confirms a decrease below it.
-    const double resolution = 4 * std::numeric_limits<double>::epsilon() * std::abs(s.f);
+    const double resolution = this->resolution(s);
     // An accepted step off the boundary that predicted a decrease below edm_tol: a truncated Krylov
     // step only bounds the EDM from below, so confirm with the EDM of the new point itself.
     // An accepted slope-judged step that predicted a decrease below f's rounding, with edm_tol = 0:
@@ -234,18 +245,23 @@ class TrustRegion {
     // resolvable decrease from x, so the iteration goes on (not stalled: a collapsed radius grows
     // back on such steps). With edm_tol > 0 the gradients go on towards edm_tol, below f's rounding
     // if asked; a rejected step still ends it below.
+    // An accepted step that predicted a decrease below the objective's rounding floor was confirmed by
+    // nothing, slope-judged or not (at an Asimov fit's minimum they cycle at random for ever): the EDM
+    // of the new point decides as above, with or without edm_tol.
     const bool slope_at_precision = it.accepted && slope_judged && predicted <= resolution && opts_.edm_tol == 0;
-    if (it.accepted && ((!sp.hits_boundary && predicted < opts_.edm_tol) || slope_at_precision)) {
+    const bool below_floor = it.accepted && predicted <= s.rounding_floor;
+    if (it.accepted && ((!sp.hits_boundary && predicted < opts_.edm_tol) || slope_at_precision || below_floor)) {
       it.edm = edm(f, s);
       if (it.edm < opts_.edm_tol) return s.status = FitStatus::converged_edm;
-      if (slope_at_precision && it.edm <= resolution) return s.status = FitStatus::converged_precision;
+      if ((slope_at_precision || (below_floor && opts_.edm_tol == 0)) && it.edm <= resolution)
+        return s.status = FitStatus::converged_precision;
     }
     // A rejected step that predicted a decrease below f's rounding level cannot be verified by any
     // shorter step either; SciPy would shrink the radius until maxiter. Whether this is a minimum is
     // for the EDM at x to say, not the step: a radius collapsed on a function unbounded below, or
     // with an indefinite Hessian, predicts as little. Converged only if the Newton step's predicted
     // decrease (the EDM, finite and from a positive-definite H) is itself below edm_tol, or below
-    // f's rounding 4·eps·|f|, where no value of f can confirm a further decrease; else stalled.
+    // f's rounding (`resolution`), where no value of f can confirm a further decrease; else stalled.
     if (!it.accepted && trial_finite && predicted <= resolution) {
       it.edm = edm(f, s);
       if (it.edm < opts_.edm_tol) return s.status = FitStatus::converged_edm;
@@ -264,8 +280,9 @@ class TrustRegion {
       if (a == CallbackAction::abort) s.status = FitStatus::aborted;
     }
     while (s.status == FitStatus::running) {
+      const index_t before = s.iteration;
       step(f, s);
-      if (s.status == FitStatus::linalg_error || s.status == FitStatus::bad_prediction) break;
+      if (s.iteration == before) break;  // stopped before taking a step (no subproblem step, or no predicted decrease)
       const CallbackAction a = detail::on_iteration(s.last, callbacks...);
       if (s.status != FitStatus::running) break;
       if (a == CallbackAction::stop_converged) s.status = FitStatus::converged_callback;
@@ -276,6 +293,12 @@ class TrustRegion {
   }
 
  private:
+  /// f's rounding at the iterate: 4·eps·|f|, and at least the objective's rounding floor, which
+  /// decides where f ≈ 0 is a sum of cancelled terms (objective_with_rounding_floor).
+  static double resolution(const state_type& s) {
+    return std::max(4 * std::numeric_limits<double>::epsilon() * std::abs(s.f), s.rounding_floor);
+  }
+
   /// ‖g‖ < gtol, or an exactly zero gradient whatever gtol (gtol = 0 would otherwise run on to a
   /// zero predicted decrease at a start that is already the minimum, e.g. an Asimov fit).
   bool stationary(const state_type& s) const { return s.gradient_norm < opts_.gtol || s.gradient_norm == 0; }

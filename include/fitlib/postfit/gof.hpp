@@ -2,8 +2,6 @@
 // Goodness of fit (saturated test) and the constant that turns the reduced NLL into the full one.
 #pragma once
 
-#include <Eigen/Cholesky>
-#include <Eigen/Core>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -71,40 +69,48 @@ inline SaturatedGof saturated_gof(const Model& m, const FitResult& r) {
   return g;
 }
 
-/// NLL_full − NLL_reduced: the normalisation constants the reduced NLL drops (§3.1–3.4), for the
-/// observed `counts` (and, for χ², their `variances`; empty = the counts). Poisson: Σ_b n − n·ln n +
-/// lnΓ(n + 1); χ²: Σ_b ½·ln(2πσ_b²); covariance: ½·(B·ln 2π − ln det C⁻¹); constraints: ½·ln 2π −
-/// ½·ln w per constrained nuisance; bin-by-bin β (each unmasked entry): gamma kβ₀ − kβ₀·ln β₀ +
-/// lnΓ(kβ₀) − kβ₀·ln k, normal-multiplicative ½·ln 2π − ½·ln k, normal-additive ½·ln 2π.
+/// The constant of one bin-by-bin β entry in the full NLL (its full-form term minus its reduced-form
+/// term), for its effective MC statistics `k` and centre `beta0`. Gamma: rabbit 0.2.5's
+/// kβ₀ − kβ₀·ln β₀ + lnΓ(kβ₀) − kβ₀·ln k (its full term is −kβ₀·ln β + kβ + lnΓ(kβ₀) − kβ₀·ln k,
+/// fitter.py:1848-1858 at tag v0.2.5). The normal types, for which rabbit 0.2.5 has no usable value:
+/// the normalisation of their Gaussian constraint, ½·ln 2π − ½·ln k (width 1/√k) and ½·ln 2π (width 1).
+inline double bin_by_bin_constant(BinByBinType type, double k, double beta0) {
+  const double half_log_2pi = 0.5 * std::log(2 * std::numbers::pi);
+  switch (type) {
+    case BinByBinType::gamma: {
+      const double a = k * beta0;
+      return a - (beta0 > 0 ? a * std::log(beta0) : 0.0) + std::lgamma(a) - a * std::log(k);
+    }
+    case BinByBinType::normal_multiplicative: return half_log_2pi - 0.5 * std::log(k);
+    default: return half_log_2pi;
+  }
+}
+
+/// NLL_full − NLL_reduced for the observed `counts` of the unmasked bins, so that reduced + this is
+/// rabbit 0.2.5's full NLL `nllvalfull` (`--fullNll`; Fitter._compute_lc, _compute_lbeta and
+/// _compute_nll_components, fitter.py:1827-1933 at tag v0.2.5):
+/// - Poisson: Σ_b n − n·ln n + lnΓ(n + 1). χ² and covariance: nothing, as rabbit's full NLL leaves
+///   them unnormalised; so `variances` is unused (kept for callers).
+/// - each constrained nuisance: ½·ln 2π − ½·ln w (rabbit adds ½·ln 2π·w: the same for the weights 0
+///   and 1 its TensorWriter writes). POI priors: nothing.
+/// - bin_by_bin_constant of every β entry (per bin in lite mode, per bin and process in full) of every
+///   bin, the masked channels' included, with k = 1 where β is held at β₀ (sumw2 = 0, k = 0 or
+///   k < min_kstat), because rabbit's β spans all bins and sets k = 1 there (a held gamma entry adds 1).
+/// Only gamma lite has a rabbit 0.2.5 value: rabbit refuses gamma in full mode, raises
+/// NotImplementedError for normal-multiplicative, and its normal-additive value is off (nbins_full·½·ln 2π
+/// per entry plus ½·ln(sumw2/sumw²), NaN with an empty bin, a shape error in full mode).
 inline double nll_constant(const Model& m, const LikelihoodOptions& opts, std::span<const double> counts,
-                           std::span<const double> variances = {}) {
+                           [[maybe_unused]] std::span<const double> variances = {}) {
   const double half_log_2pi = 0.5 * std::log(2 * std::numbers::pi);
   if (static_cast<index_t>(counts.size()) != m.nbins()) throw usage_error("nll_constant needs one count per unmasked bin");
-  if (variances.empty()) variances = counts;
   double c = 0;
-  // Without an inverse covariance the covariance term is the χ² term (docs/likelihood.md).
-  const bool covariance = opts.data_term == DataTerm::covariance && !m.data_covariance_inverse.empty();
-  if (opts.data_term == DataTerm::poisson) {
+  if (opts.data_term == DataTerm::poisson)
     for (double n : counts) c += n - (n > 0 ? n * std::log(n) : 0.0) + std::lgamma(n + 1);
-  } else if (covariance) {
-    const index_t B = m.nbins();
-    const Eigen::LDLT<Eigen::MatrixXd> ldlt(Eigen::Map<const Eigen::MatrixXd>(m.data_covariance_inverse.data(), B, B));
-    c += static_cast<double>(B) * half_log_2pi - 0.5 * ldlt.vectorD().array().log().sum();
-  } else {
-    for (double v : variances) c += half_log_2pi + 0.5 * std::log(v);
-  }
   for (double w : m.constraint_weights)
     if (w > 0) c += half_log_2pi - 0.5 * std::log(w);
-  const BinByBinStats st = BinByBinStats::build(m, {0, m.nbins()}, opts.bin_by_bin, opts.data_term);
-  for (std::size_t e = 0; st.enabled && e < st.kstat.size(); ++e) {
-    if (st.fixed[e]) continue;
-    const double k = st.kstat[e], b0 = st.beta0[e];
-    switch (st.type) {
-      case BinByBinType::gamma: c += k * b0 - (b0 > 0 ? k * b0 * std::log(b0) : 0.0) + std::lgamma(k * b0) - k * b0 * std::log(k); break;
-      case BinByBinType::normal_multiplicative: c += half_log_2pi - 0.5 * std::log(k); break;
-      default: c += half_log_2pi; break;
-    }
-  }
+  // Every bin: rabbit's β includes the masked channels' bins, held at β₀.
+  const BinByBinStats st = BinByBinStats::build(m, {0, m.nbins_full()}, opts.bin_by_bin, opts.data_term);
+  for (std::size_t e = 0; st.enabled && e < st.kstat.size(); ++e) c += bin_by_bin_constant(st.type, st.kstat[e], st.beta0[e]);
   return c;
 }
 

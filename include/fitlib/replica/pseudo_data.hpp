@@ -11,6 +11,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fitlib/core/error.hpp"
@@ -316,6 +317,39 @@ Toy generate_toy(L& likelihood, std::uint64_t seed, std::uint64_t index, const T
     case DataRandomization::none: t.data = centre; break;
   }
   return t;
+}
+
+/// What toys' pulls (x̂ − truth)/σ̂ are taken against: their truth, by data mode (toy_truth).
+enum class PullReference {
+  generating_point,  ///< the parameters the toy's expectation was generated at (ToyDataMode::expected)
+  observed_fit,      ///< the fit to the observed data, around which observed-mode toys scatter (ToyDataMode::observed)
+};
+
+constexpr PullReference pull_reference(ToyDataMode mode) {
+  return mode == ToyDataMode::observed ? PullReference::observed_fit : PullReference::generating_point;
+}
+
+/// The name results files keep (docs/results-format.md, `/toys/pull_reference`).
+constexpr std::string_view to_string(PullReference r) {
+  return r == PullReference::observed_fit ? "observed_fit" : "generating_point";
+}
+
+/// The parameters toy `toy` (made with `opts`) is pulled against. Expected mode: the point its data
+/// were generated at, `x_generating` (generate_toy's, the default parameters) with the nuisances a
+/// Bayesian toy drew; a frequentist toy moved its constraint centres instead, so its truth stays
+/// `x_generating`. Observed mode: no parameter point generated the data (the observed counts,
+/// fluctuated), and the toys' fits scatter around the fit to the observed data with the model's
+/// centres, `x_observed_fit`: to first order E[x̂] = x̂(E[n], E[θ₀]) = x̂(n_obs, θ₀), whatever the
+/// constraint randomisation (a Bayesian draw of θ moves no observed count). Pulls against the
+/// default parameters there measure how far the data lie from the model, not the fit. Throws
+/// `usage_error` when observed mode is given no `x_observed_fit`, or a vector of the wrong size.
+inline std::vector<double> toy_truth(const Toy& toy, const ToyOptions& opts, std::span<const double> x_generating,
+                                     std::span<const double> x_observed_fit = {}) {
+  if (pull_reference(opts.data_mode) == PullReference::generating_point) return toy.constraints.toy_parameters(x_generating);
+  if (x_observed_fit.size() != x_generating.size())
+    throw usage_error("toy_truth: observed-mode toys are pulled against the fit to the observed data; give its " +
+                      std::to_string(x_generating.size()) + " parameters (got " + std::to_string(x_observed_fit.size()) + ")");
+  return {x_observed_fit.begin(), x_observed_fit.end()};
 }
 
 }  // namespace fitlib

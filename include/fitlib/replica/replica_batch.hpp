@@ -156,6 +156,13 @@ class ReplicaObjective {
     return shared().default_parameters();
   }
 
+  /// The shared objective's (its own data's), as the scale of this replica's.
+  double rounding_floor() const
+    requires objective_with_rounding_floor<F>
+  {
+    return shared().rounding_floor();
+  }
+
   void value(ConstBlockView<double> x, std::span<double> f) { pool_->submit({Kind::value, replica_, inputs_, x, {}, f, {}, {}}); }
   void value_grad(ConstBlockView<double> x, std::span<double> f, BlockView<double> g) {
     pool_->submit({Kind::value_grad, replica_, inputs_, x, {}, f, g, {}});

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <span>
 #include <string>
 #include <system_error>
@@ -32,10 +33,33 @@ struct FileOptions {
   /// physical memory. Datasets are chunked and unwritten chunks read as zeros, so a small corrupt file can
   /// declare terabytes; this turns such a declaration into a `file_error` instead of an allocation failure.
   std::size_t max_read_bytes = 0;
+  /// Largest ratio of a dataset's declared size (its elements times their stored size) to the bytes it occupies in
+  /// the file, beyond a free first `unstored_read_bytes`. Each read allocates by the declared size, and a dataspace
+  /// is a few bytes of an object header that a damaged file can set to anything, while chunks that are not stored
+  /// read back as fill values: a one-byte change to a 44 kB example tensor declared 1.8·10⁹ strings, and the reader
+  /// went for them. The default is twice deflate's limit (about 1032:1), so a fully written gzip dataset always
+  /// reads. rabbit's writer leaves all-zero chunks unwritten, so a dense tensor that is almost all zeros can exceed
+  /// it legitimately: write it sparse (rabbit's TensorWriter(sparse=True)) or raise this. The stored size counts at
+  /// most the file's size. Checked by every dataset read (io/hdf5/read.hpp, detail::require_stored).
+  double max_compression_ratio = 2048;
   /// Writes compress arrays of 64 KiB and more with gzip (worth it for templates, not for dense
   /// matrices of full-precision numbers such as a covariance).
   bool compress = true;
+
+  /// Throws `std::invalid_argument` naming a field outside its range.
+  void validate() const {
+    if (!(max_compression_ratio >= 1))  // also NaN
+      throw std::invalid_argument("FileOptions::max_compression_ratio is " + std::to_string(max_compression_ratio) +
+                                  "; it must be at least 1 (at 1 no dataset may declare more than it stores, plus unstored_read_bytes)");
+  }
 };
+
+/// What a dataset may declare beyond `FileOptions::max_compression_ratio` times its stored bytes, so that small
+/// datasets that are unwritten (fill values only) stay readable.
+inline constexpr std::size_t unstored_read_bytes = std::size_t{64} << 10;
+/// The largest chunk (in stored bytes) a dataset may have beyond what its stored bytes allow: HDF5 decodes a chunk
+/// whole, and writers give small resizable datasets chunks larger than themselves (rabbit's meta pickle: 1 MiB).
+inline constexpr std::size_t unstored_chunk_bytes = std::size_t{16} << 20;
 
 namespace detail {
 
@@ -43,6 +67,7 @@ namespace detail {
 struct FileInfo {
   std::string name;  ///< the path (or the image's name), for messages
   std::size_t max_read_bytes = 0;
+  double max_compression_ratio = 2048;
   bool compress = true;
   std::shared_ptr<const std::vector<std::byte>> image;  ///< the bytes of an in-memory file, else null
 };
@@ -134,6 +159,8 @@ class Location {
   }
   /// The read limits of the file this object belongs to.
   std::size_t max_read_bytes() const { return info_->max_read_bytes; }
+  /// FileOptions::max_compression_ratio of the file this object belongs to.
+  double max_compression_ratio() const { return info_->max_compression_ratio; }
   /// Whether writes below this object compress large arrays (FileOptions::compress).
   bool compress() const { return info_->compress; }
 
@@ -159,6 +186,7 @@ class File : public Location {
 
   /// Opens an existing file; throws `file_error` saying whether it is missing, unreadable, not HDF5 or truncated.
   static File open(const std::string& path, Access access = Access::read_only, FileOptions opts = {}) {
+    opts.validate();
     const ErrorSilencer quiet;
     detail::check_openable(path);
     Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
@@ -170,6 +198,7 @@ class File : public Location {
 
   /// Creates a file, truncating an existing one; throws `file_error` if it cannot be created.
   static File create(const std::string& path, FileOptions opts = {}) {
+    opts.validate();
     const ErrorSilencer quiet;
     Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     if (!f)
@@ -181,6 +210,7 @@ class File : public Location {
   /// Opens an HDF5 file held in memory (read-only, no disk access: HDF5's core driver with a copy of `image`).
   /// `name` is used in messages only.
   static File open_image(std::span<const std::byte> image, const std::string& name, FileOptions opts = {}) {
+    opts.validate();
     const ErrorSilencer quiet;
     if (image.empty()) throw file_error("'" + name + "' is empty (0 bytes), not an HDF5 file");
     Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
@@ -206,6 +236,7 @@ class File : public Location {
   /// Creates a file held in memory only (HDF5's core driver, no backing store); `name` is used in
   /// messages. `image()` then gives its bytes, for a writer that puts them on disk itself.
   static File create_in_memory(const std::string& name, FileOptions opts = {}) {
+    opts.validate();
     const ErrorSilencer quiet;
     Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     if (!fapl || H5Pset_fapl_core(fapl.get(), 1 << 20, 0) < 0)
@@ -231,6 +262,7 @@ class File : public Location {
     auto info = std::make_shared<detail::FileInfo>();
     info->name = name;
     info->max_read_bytes = opts.max_read_bytes ? opts.max_read_bytes : detail::physical_memory();
+    info->max_compression_ratio = opts.max_compression_ratio;
     info->compress = opts.compress;
     handle_ = std::move(h);
     info_ = std::move(info);

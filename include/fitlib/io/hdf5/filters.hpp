@@ -5,8 +5,13 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <filesystem>
+#include <ostream>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -64,16 +69,55 @@ inline std::vector<std::string> plugin_search_path() {
   return dirs;
 }
 
+namespace detail {
+
+/// Whether `dir` is a directory HDF5 can search (false for a missing path or a file, without throwing).
+inline bool is_plugin_directory(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_directory(dir, ec);
+}
+
+}  // namespace detail
+
 /// Replaces the directories HDF5 searches for filter plugins. Unlike setting HDF5_PLUGIN_PATH, this works
-/// after HDF5 has started (it reads the variable once). A plugin already loaded stays loaded.
-inline void set_plugin_search_path(const std::vector<std::string>& dirs) {
+/// after HDF5 has started (it reads the variable once). A plugin already loaded stays loaded. Entries that are
+/// not directories are left out and returned, for the caller to report: HDF5 ends its whole search at the first
+/// directory it cannot open, so one missing entry would hide the plugins of every directory after it.
+inline std::vector<std::string> set_plugin_search_path(const std::vector<std::string>& dirs) {
   const ErrorSilencer quiet;
   unsigned n = 0;
   if (H5PLsize(&n) < 0) throw file_error("cannot query HDF5's plugin search path: " + detail::stack_message());
   for (; n > 0; --n)
     if (H5PLremove(0) < 0) throw file_error("cannot change HDF5's plugin search path: " + detail::stack_message());
-  for (const auto& d : dirs)
+  std::vector<std::string> skipped;
+  for (const auto& d : dirs) {
+    if (!detail::is_plugin_directory(d)) {
+      skipped.push_back(d);
+      continue;
+    }
     if (H5PLappend(d.c_str()) < 0) throw file_error("cannot add '" + d + "' to HDF5's plugin search path: " + detail::stack_message());
+  }
+  return skipped;
+}
+
+/// The directories of the ':'-separated list `list` (empty entries dropped), in order, for set_plugin_search_path.
+/// An entry that is not a directory is left out with a warning on `warn` that names it and `source` (the option or
+/// environment variable that gave the list, e.g. "--hdf5PluginPath"); the other entries are kept.
+inline std::vector<std::string> plugin_directories(std::string_view list, std::string_view source, std::ostream& warn) {
+  std::vector<std::string> dirs;
+  for (std::size_t b = 0; b <= list.size();) {
+    const std::size_t e = std::min(list.find(':', b), list.size());
+    if (e > b) {
+      std::string d(list.substr(b, e - b));
+      if (detail::is_plugin_directory(d))
+        dirs.push_back(std::move(d));
+      else
+        warn << "warning: HDF5 plugin directory '" << d << "' (from " << source
+             << ") does not exist or is not a directory; skipped, the other plugin directories are still searched\n";
+    }
+    b = e + 1;
+  }
+  return dirs;
 }
 
 /// Whether this HDF5 can apply filter `id` now (built in, registered, or loaded from the plugin search path).
@@ -117,8 +161,19 @@ inline std::vector<FilterInfo> pipeline(hid_t ds) {
 inline std::string missing_filters(const Location& loc, const std::string& name, hid_t ds) {
   for (const FilterInfo& f : pipeline(ds)) {
     if (f.available) continue;
+    // HDF5 ends its search at the first directory it cannot open (set_plugin_search_path leaves such entries out,
+    // but HDF5_PLUGIN_PATH or H5PLappend can put them in): say so, rather than list the rest as searched.
     std::string searched;
-    for (const auto& d : plugin_search_path()) searched += (searched.empty() ? "" : ", ") + d;
+    bool stopped = false;
+    for (const auto& d : plugin_search_path()) {
+      searched += (searched.empty() ? "" : ", ") + d;
+      if (stopped) {
+        searched += " (not searched)";
+      } else if (!is_plugin_directory(d)) {
+        searched += " (not a directory: HDF5 ends its search there, so the directories after it were not searched; remove it from the path)";
+        stopped = true;
+      }
+    }
     std::string msg = loc.describe("dataset", name) + " is compressed with HDF5 filter " + std::to_string(f.id) + " (" + f.name +
                       "), which this HDF5 library cannot decode: no plugin for it was found (searched: " +
                       (searched.empty() ? std::string("nothing") : searched) +

@@ -400,6 +400,9 @@ inline HeapObjects heap_collection(RawFile& raw, const Addressing& at, std::uint
       if (!objects.emplace(idx, osize).second) throw corrupt(what, where + " holds object " + std::to_string(idx) + " twice");
     }
     if (need == 0) throw corrupt(what, where + " holds an empty free-space record");
+    // HDF5 1.10 steps over a free-space record by its size unchecked: one larger than the rest of the collection
+    // takes its parser outside the collection, where it loops for good or reads wild memory.
+    if (idx == 0 && need > size - pos) throw corrupt(what, where + " holds a free-space record larger than the collection");
     if (need > size - pos) break;
     pos += need;
   }

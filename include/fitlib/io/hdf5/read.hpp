@@ -5,6 +5,7 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -63,6 +64,62 @@ std::vector<T> allocate(std::size_t n, const std::string& what) {
   }
 }
 
+/// The size in bytes of the file that holds the object `obj` (0 if HDF5 cannot tell).
+inline std::uint64_t file_size_of(hid_t obj) {
+  Handle file(H5Iget_file_id(obj), H5Fclose);
+  hsize_t size = 0;
+  if (!file || H5Fget_filesize(file.get(), &size) < 0) size = 0;
+  H5Eclear2(H5E_DEFAULT);
+  return size;
+}
+
+/// The bytes the dataset `ds` occupies in its file (chunks as stored, so compressed; nothing for unwritten storage),
+/// at most the file's size: a damaged chunk index can claim more than the file holds.
+inline std::uint64_t stored_bytes(hid_t ds) {
+  std::uint64_t stored = H5Dget_storage_size(ds);
+  if (const std::uint64_t file = file_size_of(ds); file > 0) stored = std::min(stored, file);
+  H5Eclear2(H5E_DEFAULT);
+  return stored;
+}
+
+/// Throws unless the dataset `ds` (`what`, dataspace dimensions `dims`, `n` elements) declares no more than
+/// FileOptions::max_compression_ratio times the bytes it occupies in the file, plus `unstored_read_bytes`, and has
+/// chunks no larger than that or `unstored_chunk_bytes`. Every reader calls this before it allocates by `n`: the
+/// dataspace is a few bytes that a damaged file can set to anything, and unstored chunks read back as fill values,
+/// so the declared size alone would let a small file ask for any amount of memory. Checked after check_storage.
+inline void require_stored(const Location& loc, const std::string& what, hid_t ds, std::size_t n, const std::vector<std::size_t>& dims) {
+  if (n == 0) return;
+  const std::size_t elem = integrity::stored_element_size(ds);
+  const std::uint64_t stored = stored_bytes(ds);
+  const double ratio = loc.max_compression_ratio();
+  const long double allowed = static_cast<long double>(ratio) * stored + unstored_read_bytes;
+  const long double declared = static_cast<long double>(n) * elem;
+  const auto bytes = [](long double b) { return std::to_string(static_cast<unsigned long long>(b)) + " bytes"; };
+  const std::string limit = "FileOptions::max_compression_ratio (" +
+                            (ratio == static_cast<double>(static_cast<long long>(ratio)) ? std::to_string(static_cast<long long>(ratio))
+                                                                                          : std::to_string(ratio)) +
+                            ") times what it stores, plus " + std::to_string(unstored_read_bytes >> 10) + " KiB";
+  const std::string remedy =
+      "; the file is corrupt (a damaged dataspace or chunk index: what is not stored would read back as fill values), or, if "
+      "the dataset really is this compressible (rabbit's writer leaves all-zero chunks unwritten), open the file with a larger "
+      "FileOptions::max_compression_ratio";
+  const std::string occupies = "occupies " + bytes(stored) + " of the file's " + std::to_string(file_size_of(ds));
+  if (declared > allowed)
+    throw file_error(what + " declares " + std::to_string(n) + " elements " + shape_string(dims) + " of " + std::to_string(elem) + " bytes, " +
+                     bytes(declared) + " in all, but " + occupies + "; a dataset may declare at most " + limit + remedy);
+  Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+  if (!dcpl || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return;
+  const int rank = H5Pget_chunk(dcpl.get(), 0, nullptr);
+  if (rank <= 0 || rank > H5S_MAX_RANK) return;  // check_storage has refused such a layout
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
+  H5Pget_chunk(dcpl.get(), rank, chunk.data());
+  long double chunk_bytes = elem;
+  for (hsize_t c : chunk) chunk_bytes *= static_cast<long double>(c);
+  if (chunk_bytes > std::max<long double>(allowed, unstored_chunk_bytes))
+    throw file_error(what + " has chunks of " + bytes(chunk_bytes) + ", which HDF5 decodes whole, but " + occupies +
+                     "; a chunk may hold at most " + std::to_string(unstored_chunk_bytes >> 20) + " MiB or " + limit + remedy);
+}
+
 /// Reads an integer attribute array of an open object (`owner` names it in messages).
 inline std::vector<std::int64_t> read_int64_attribute(hid_t obj, const std::string& attr, const std::string& owner, std::size_t limit) {
   Handle a(H5Aopen(obj, attr.c_str(), H5P_DEFAULT), H5Aclose);
@@ -77,6 +134,11 @@ inline std::vector<std::int64_t> read_int64_attribute(hid_t obj, const std::stri
   const auto [n, dims] = extent(space.get(), "attribute '" + attr + "' of " + owner);
   if (n > limit / sizeof(std::int64_t))
     throw file_error("attribute '" + attr + "' of " + owner + " declares " + std::to_string(n) + " elements; the file is corrupt");
+  // An attribute's values are stored in the file uncompressed, so they cannot outnumber the file's bytes.
+  if (const std::uint64_t file = file_size_of(obj); file > 0 && n > file / std::max<std::size_t>(1, H5Tget_size(type.get())))
+    throw file_error("attribute '" + attr + "' of " + owner + " declares " + std::to_string(n) + " elements of " +
+                     std::to_string(H5Tget_size(type.get())) + " bytes, more than the file's " + std::to_string(file) +
+                     " bytes can hold; the file is corrupt");
   std::vector<std::int64_t> v(n);
   if (n > 0 && H5Aread(a.get(), H5T_NATIVE_INT64, v.data()) < 0)
     throw file_error("cannot read attribute '" + attr + "' of " + owner + ": " + stack_message());
@@ -155,6 +217,7 @@ NumericDataset open_numeric(const Location& loc, const std::string& name, bool a
   if (whole) require_fits(loc, what, n, sizeof(T));
   integrity::check_number_type(type.get(), what);
   integrity::check_storage(loc, name, ds.get(), n);
+  require_stored(loc, what, ds.get(), n, dims);  // also for a reader of part: the part's rows are as unstored as the rest
   NumericDataset d{std::move(ds), std::move(what), n, dims, {}};
   d.shape = logical_shape(loc, name, d.ds.get(), n, std::move(dims));
   if (n > 0)
@@ -267,6 +330,7 @@ inline std::vector<std::string> read_strings(const Location& loc, const std::str
   const std::size_t stored_size = H5Tget_size(t.type.get());
   if (stored_size == 0 || stored_size > (std::size_t{1} << 20)) throw file_error(what + " has a corrupt string type; copy or regenerate the file");
   detail::integrity::check_storage(loc, name, t.ds.get(), n);
+  detail::require_stored(loc, what, t.ds.get(), n, dims);
   const H5T_cset_t cset = H5Tget_cset(t.type.get());
   Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_cset(mem.get(), cset == H5T_CSET_UTF8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
@@ -297,6 +361,7 @@ inline std::vector<std::vector<std::int64_t>> read_ragged(const Location& loc, c
   detail::integrity::check_number_type(base.get(), what);
   const std::size_t base_size = H5Tget_size(base.get());
   detail::integrity::check_storage(loc, name, ds.get(), n);
+  detail::require_stored(loc, what, ds.get(), n, dims);
   detail::integrity::check_vlen_storage(loc, name, ds.get(), n, base_size);
   Handle mem(H5Tvlen_create(H5T_NATIVE_INT64), H5Tclose);
   auto rows = detail::allocate<hvl_t>(n, what);  // value-initialised: empty sequences until HDF5 fills them
