@@ -102,7 +102,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
       ->capture_default_str();
   app.add_option("--maxCompressionRatio", a.max_compression_ratio,
                  "largest ratio of a dataset's declared size to the bytes it stores (a damaged dataspace can declare terabytes); "
-                 "raise it for a trusted dense tensor that is almost all zeros (rabbit leaves all-zero chunks unwritten)")
+                 "raise it for a trusted dense tensor that is almost all zeros beyond 64 times the file's size (rabbit leaves all-zero chunks unwritten)")
       ->capture_default_str();
   app.add_option("--expectSignal", a.expect_signal, "NAME VALUE: default signal strength of a POI (repeatable)");
   app.add_option("--setConstraintMinimum", a.constraint_minimum, "NAME VALUE: constraint centre of a nuisance (repeatable)");

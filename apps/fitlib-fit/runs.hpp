@@ -180,7 +180,6 @@ io::FitRecord fit_one(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const
   rec.name = name;
   const FitOptions fo = fit_options(a);
   ProgressPrinter progress(stderr, 1);
-  progress.tolerances(tr.options().gtol, tr.options().edm_tol);
   if (a.quiet || is_toy(rec)) rec.result = fit(lik, tr, fo);  // toys: one progress line for all (run_toys)
   else {
     std::fprintf(stderr, "fitlib-fit: fit '%s'\n", name.c_str());

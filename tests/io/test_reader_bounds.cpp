@@ -209,6 +209,9 @@ TEST_CASE("io: FileOptions::max_compression_ratio bounds a read and can be raise
     const auto f = hdf5::File::open(path);
     REQUIRE_THROWS_WITH(hdf5::read_doubles(f, "x"), Contains("dataset 'x'") && Contains("8388608 bytes") && Contains("occupies 2048 bytes") &&
                                                         Contains("FileOptions::max_compression_ratio (2048) times what it stores"));
+    // Unbounded ratios (a user switching the bound off) format without overflow.
+    const auto unbounded = hdf5::File::open(path, hdf5::Access::read_only, {.max_compression_ratio = std::numeric_limits<double>::infinity()});
+    CHECK(hdf5::read_doubles(unbounded, "x").values.size() == std::size_t{1} << 20);
     REQUIRE_THROWS_WITH(hdf5::RowReader<double>(f, "x"), Contains("dataset 'x'"));  // a reader of part checks the whole
   }
   const auto f = hdf5::File::open(path, hdf5::Access::read_only, {.max_compression_ratio = 8192});
@@ -221,6 +224,21 @@ TEST_CASE("io: FileOptions::max_compression_ratio bounds a read and can be raise
   for (const char* name : {"test_tensor.hdf5", "test_tensor_sparse.hdf5", "test_tensor_symmetric.hdf5", "test_tensor_normal.hdf5"})
     CHECK_NOTHROW(fitlib::io::read_rabbit(data_file(name), {}, {.max_compression_ratio = 64}));
   REQUIRE_THROWS_AS(hdf5::File::open(path, hdf5::Access::read_only, {.max_compression_ratio = 0.5}), std::invalid_argument);
+}
+
+TEST_CASE("io: a dataset that stores nothing, as rabbit's writer leaves an all-zero one, reads within a multiple of the file", "[io][hdf5][bounds]") {
+  using namespace reader_bounds;
+  const TempDir dir;
+  const hdf5::ErrorSilencer quiet;
+  // rabbit's writeFlatInChunks skips all-zero chunks: zero observed counts of 16384 bins store nothing (128 KiB
+  // declared, beyond the free 64 KiB), which no ratio to the stored bytes allows.
+  const std::string path = dir / "zero_data.hdf5";
+  craft(path, "hdata_obs", {.dims = {16384}, .chunk = {4096}, .written = 0});
+  const auto f = hdf5::File::open(path);
+  const auto a = hdf5::read_doubles(f, "hdata_obs");
+  REQUIRE(a.values.size() == 16384);
+  CHECK(a.values.front() == 0.0);
+  CHECK(a.values.back() == 0.0);
 }
 
 TEST_CASE("io: read_rabbit stays within a memory and time bound proportional to the file on seeded byte mutations", "[io][rabbit][bounds]") {

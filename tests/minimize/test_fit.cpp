@@ -139,7 +139,6 @@ TEST_CASE("fit: callbacks observe, stop and abort", "[fit][callbacks]") {
   HistoryRecorder history;
   std::FILE* out = std::tmpfile();
   ProgressPrinter printer(out, 1, std::numeric_limits<index_t>::max());  // one line per iteration, none folded
-  printer.tolerances(tight().gtol, tight().edm_tol);
   FitResult r = fit(nll, TrustRegion<SteihaugCG>(tight()), {}, history, printer);
   REQUIRE(r.converged());
   CHECK(static_cast<index_t>(history.history().size()) == r.iterations);
@@ -319,7 +318,6 @@ TEST_CASE("ProgressPrinter folds runs of rejected steps into one line each", "[f
   std::FILE* out = std::tmpfile();
   REQUIRE(out);
   ProgressPrinter printer(out);  // folds after 3 rejected steps in a row
-  printer.tolerances(0, 1e-12);
   printer.on_begin();
   index_t iteration = 0;
   double radius = 1;
@@ -350,7 +348,13 @@ TEST_CASE("ProgressPrinter folds runs of rejected steps into one line each", "[f
   last.edm = 3.2e-15;
   last.accepted = true;
   printer.on_iteration(last);
-  printer.on_end(FitStatus::converged_edm);
+  StopTest stop;
+  stop.gradient_norm = 1e-7;
+  stop.edm = 3.2e-15;
+  stop.f = 9;
+  stop.gtol = 0;
+  stop.edm_tol = 1e-12;
+  printer.on_end(FitStatus::converged_edm, stop);
 
   std::string text(static_cast<std::size_t>(std::ftell(out)), '\0');
   std::rewind(out);

@@ -25,7 +25,7 @@
 namespace fitlib::io {
 
 /// Version of the results layout (docs/results-format.md); bumped when a reader would need to change.
-inline constexpr std::int64_t results_format_version = 1;
+inline constexpr std::int64_t results_format_version = 2;
 
 /// One fit of a run and what was computed after it.
 struct FitRecord {

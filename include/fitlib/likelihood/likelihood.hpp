@@ -331,10 +331,12 @@ class Likelihood {
   /// exponent's sum over systematics, the products, the sum over processes); a bin's term is flat at its
   /// minimum, so that rounding moves it by about n·δ², and the gradient's rounding gives an EDM of
   /// eps²·Σ ν at most (Cauchy–Schwarz over the bins). At f ≈ 0 (Asimov data, where every term vanishes)
-  /// that, not eps·|f|, is what no step can resolve. The likelihood's own data; a replica's are of its size.
-  double rounding_floor() const {
+  /// that, not eps·|f|, is what no step can resolve. Of the likelihood's own data, or with `replica` ≥ 0 of
+  /// that replica's (set_replicas; its own where the replica leaves the data empty).
+  double rounding_floor(index_t replica = -1) const {
+    const bool own = replica < 0 || replica >= replicas_.count() || replicas_.all()[static_cast<std::size_t>(replica)].data.empty();
     double n = 0;
-    for (double c : counts_) n += c;
+    for (double c : own ? counts_ : replicas_.all()[static_cast<std::size_t>(replica)].data) n += c;
     const double eps = std::numeric_limits<double>::epsilon();
     return 1e3 * eps * eps * n;
   }

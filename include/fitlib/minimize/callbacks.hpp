@@ -79,10 +79,11 @@ CallbackAction on_iteration(const IterationSummary& s, Callbacks&... cbs) {
 }
 
 template <class... Callbacks>
-void on_end(FitStatus status, Callbacks&... cbs) {
+void on_end(FitStatus status, const StopTest& stop, Callbacks&... cbs) {
   (
       [&] {
-        if constexpr (requires { cbs.on_end(status); }) cbs.on_end(status);
+        if constexpr (requires { cbs.on_end(status, stop); }) cbs.on_end(status, stop);
+        else if constexpr (requires { cbs.on_end(status); }) cbs.on_end(status);
       }(),
       ...);
 }
@@ -93,26 +94,17 @@ void on_end(FitStatus status, Callbacks&... cbs) {
 /// rejected steps it prints the first `fold_after` and then one line for the rest of the run
 /// ("… 812 more steps rejected (iterations 9–820), radius 0.25 → 3.1e-300"), so that a fit whose
 /// radius collapses over thousands of rejected steps takes a few lines, not thousands. The last line
-/// says how the fit stopped, with the number that passed (or failed) the test and, once `tolerances`
-/// gave them, the tolerance it was tested against.
+/// says how the fit stopped, with the number that passed (or failed) the test and the tolerance it was
+/// tested against (the minimizer's StopTest).
 class ProgressPrinter {
  public:
   explicit ProgressPrinter(std::FILE* out = stdout, index_t every = 1, index_t fold_after = 3)
       : out_(out), every_(every < 1 ? 1 : every), fold_after_(fold_after < 0 ? 0 : fold_after) {}
-  /// The minimizer's gtol and edm_tol, named in the last line ("EDM 3.2e-15 below edm_tol 1e-12").
-  ProgressPrinter& tolerances(double gtol, double edm_tol) {
-    gtol_ = gtol;
-    edm_tol_ = edm_tol;
-    return *this;
-  }
   void on_begin() {
     rejected_run_ = folded_ = 0;
-    have_last_ = false;
     std::fprintf(out_, "%6s %18s %11s %11s %11s %9s %9s\n", "iter", "f", "pred.decr.", "EDM", "radius", "rho", "seconds");
   }
   void on_iteration(const IterationSummary& s) {
-    last_ = s;
-    have_last_ = true;
     if (s.accepted) {
       flush_folded();
       rejected_run_ = 0;
@@ -131,11 +123,9 @@ class ProgressPrinter {
     std::fprintf(out_, "%6td %18.10g %11.4g %11s %11.4g %9.4g %9.3f%s%s\n", s.iteration, s.accepted ? s.f_trial : s.f, s.predicted_decrease, edm,
                  s.radius, s.rho, s.elapsed, s.accepted ? "" : "  (rejected)", s.slope_judged ? "  (ρ from the gradients)" : "");
   }
-  void on_end(FitStatus status) {
+  void on_end(FitStatus status, const StopTest& stop) {
     flush_folded();
-    StopTest t;
-    if (have_last_) t = {last_.gradient_norm, last_.edm, last_.accepted ? last_.f_trial : last_.f, gtol_, edm_tol_};
-    std::fprintf(out_, "stopped: %s\n", describe(status, t).c_str());
+    std::fprintf(out_, "stopped: %s\n", describe(status, stop).c_str());
   }
 
  private:
@@ -152,11 +142,8 @@ class ProgressPrinter {
 
   std::FILE* out_;
   index_t every_, fold_after_;
-  double gtol_ = std::numeric_limits<double>::quiet_NaN(), edm_tol_ = std::numeric_limits<double>::quiet_NaN();
   index_t rejected_run_ = 0, folded_ = 0, fold_first_ = 0, fold_last_ = 0;
   double fold_radius_ = 0, fold_radius_next_ = 0;
-  IterationSummary last_;
-  bool have_last_ = false;
 };
 
 /// Declares convergence when the objective improved by less than `tolerance` over the last

@@ -302,7 +302,7 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
     r.status = state.status;
     // What the stop tested, at the final iterate: the EDM is the one the last step computed (NaN
     // if it computed none); ½gᵀH⁻¹g does not change under the fixed linear change of variables.
-    r.stop = {state.gradient_norm, state.last.edm, state.f, minimizer.options().gtol, minimizer.options().edm_tol, state.rounding_floor};
+    r.stop = minimizer.stop_test(state);
   } else {  // everything frozen (a scan point, a fixed hypothesis): nothing to minimise
     r.x = r.x0;
     r.status = FitStatus::converged_gtol;

@@ -22,10 +22,11 @@ struct TrustRegionOptions {
   double gtol = 1e-4;
   /// Converged when the estimated distance to the minimum EDM = ½·gᵀH⁻¹g (the HEP convention of
   /// rabbit and Minuit) is below edm_tol. It is computed (a Cholesky factor, or CG with HVPs) only
-  /// at a stop for want of precision (with edm_tol = 0 also after an accepted step judged by the
-  /// gradients below f's rounding) and once an accepted step off the boundary has predicted a
-  /// decrease below edm_tol, since the prediction of a truncated Krylov step only bounds the EDM
-  /// from below. ≥ 0; 0 disables the test (SciPy's behaviour).
+  /// at a stop for want of precision (a rejected step, or one with no predicted decrease, below f's
+  /// rounding; an accepted step below the objective's rounding floor; with edm_tol = 0 also an
+  /// accepted step judged by the gradients below f's rounding) and once an accepted step off the
+  /// boundary has predicted a decrease below edm_tol, since the prediction of a truncated Krylov step
+  /// only bounds the EDM from below. ≥ 0; 0 disables the test (SciPy's behaviour).
   double edm_tol = 0.0;
   /// Outer iterations, rejected ones included; 0 = 200·n (SciPy's default).
   index_t maxiter = 0;

@@ -17,10 +17,10 @@ enum class FitStatus {
   converged_gtol,      ///< ‖g‖ < gtol (SciPy's status 0)
   converged_edm,       ///< the EDM ½·gᵀH⁻¹g at the final point is below edm_tol
   converged_callback,  ///< a callback declared convergence (e.g. stalled improvement)
-  converged_precision, ///< a rejected step (or, with edm_tol = 0, an accepted step judged by the gradients or
-                       ///< below the objective's rounding floor, or a step with no predicted decrease at all)
-                       ///< predicted a decrease below f's rounding level, and so does the EDM at the final
-                       ///< point (finite, positive-definite Hessian)
+  converged_precision, ///< a rejected step (an accepted one below the objective's rounding floor, with
+                       ///< edm_tol = 0 one judged by the gradients, or a step with no predicted decrease at
+                       ///< all) predicted a decrease below f's rounding level, and so does the EDM at the
+                       ///< final point (finite, positive-definite Hessian)
 
   max_iterations,      ///< the iteration limit was reached (SciPy's status 1)
   stalled,             ///< as converged_precision, but the EDM at the final point is above edm_tol and
@@ -56,8 +56,16 @@ constexpr std::string_view to_string(FitStatus s) {
   return "unknown";
 }
 
+/// f's rounding level, below which no value of f confirms a decrease: 4·eps·|f|, and at least the
+/// objective's rounding floor (objective_with_rounding_floor), which decides where f ≈ 0 is a sum of
+/// cancelled terms. The trust region's precision stops and StopTest use it.
+inline double rounding_level(double f, double rounding_floor) {
+  return std::max(4 * std::numeric_limits<double>::epsilon() * std::abs(f), rounding_floor);
+}
+
 /// The numbers a minimisation's stop was decided by, in the minimizer's own coordinates, and the
-/// thresholds they were tested against; NaN where not known. `fit` fills it (FitResult::stop).
+/// thresholds they were tested against; NaN where not known. TrustRegion::stop_test gives it (FitResult::stop,
+/// callbacks' on_end).
 struct StopTest {
   double gradient_norm = std::numeric_limits<double>::quiet_NaN();  ///< ‖g‖ at the final iterate (gtol's test)
   double edm = std::numeric_limits<double>::quiet_NaN();  ///< the EDM ½·gᵀH⁻¹g the end game computed at the final iterate (+∞: H not positive definite); NaN if none
@@ -66,8 +74,8 @@ struct StopTest {
   double edm_tol = std::numeric_limits<double>::quiet_NaN();
   double rounding_floor = 0;  ///< the objective's rounding floor (objective_with_rounding_floor), 0 without one
 
-  /// f's rounding level max(4·eps·|f|, rounding_floor), the precision stops' threshold.
-  double rounding() const { return std::max(4 * std::numeric_limits<double>::epsilon() * std::abs(f), rounding_floor); }
+  /// The precision stops' threshold (rounding_level).
+  double rounding() const { return rounding_level(f, rounding_floor); }
 };
 
 /// The status with the test that ended the minimisation and the number that passed (or failed) it,

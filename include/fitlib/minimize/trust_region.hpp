@@ -247,13 +247,13 @@ class TrustRegion {
     // if asked; a rejected step still ends it below.
     // An accepted step that predicted a decrease below the objective's rounding floor was confirmed by
     // nothing, slope-judged or not (at an Asimov fit's minimum they cycle at random for ever): the EDM
-    // of the new point decides as above, with or without edm_tol.
+    // of the new point decides, converged below edm_tol or, whatever edm_tol, below f's rounding.
     const bool slope_at_precision = it.accepted && slope_judged && predicted <= resolution && opts_.edm_tol == 0;
     const bool below_floor = it.accepted && predicted <= s.rounding_floor;
     if (it.accepted && ((!sp.hits_boundary && predicted < opts_.edm_tol) || slope_at_precision || below_floor)) {
       it.edm = edm(f, s);
       if (it.edm < opts_.edm_tol) return s.status = FitStatus::converged_edm;
-      if ((slope_at_precision || (below_floor && opts_.edm_tol == 0)) && it.edm <= resolution)
+      if ((slope_at_precision || below_floor) && it.edm <= resolution)
         return s.status = FitStatus::converged_precision;
     }
     // A rejected step that predicted a decrease below f's rounding level cannot be verified by any
@@ -288,16 +288,18 @@ class TrustRegion {
       if (a == CallbackAction::stop_converged) s.status = FitStatus::converged_callback;
       if (a == CallbackAction::abort) s.status = FitStatus::aborted;
     }
-    detail::on_end(s.status, callbacks...);
+    detail::on_end(s.status, stop_test(s), callbacks...);
     return s.status;
   }
 
- private:
-  /// f's rounding at the iterate: 4·eps·|f|, and at least the objective's rounding floor, which
-  /// decides where f ≈ 0 is a sum of cancelled terms (objective_with_rounding_floor).
-  static double resolution(const state_type& s) {
-    return std::max(4 * std::numeric_limits<double>::epsilon() * std::abs(s.f), s.rounding_floor);
+  /// The numbers the stop of `s` was decided by, and the thresholds they were tested against.
+  StopTest stop_test(const state_type& s) const {
+    return {s.gradient_norm, s.last.edm, s.f, opts_.gtol, opts_.edm_tol, s.rounding_floor};
   }
+
+ private:
+  /// f's rounding at the iterate (rounding_level).
+  static double resolution(const state_type& s) { return rounding_level(s.f, s.rounding_floor); }
 
   /// ‖g‖ < gtol, or an exactly zero gradient whatever gtol (gtol = 0 would otherwise run on to a
   /// zero predicted decrease at a start that is already the minimum, e.g. an Asimov fit).

@@ -156,11 +156,12 @@ class ReplicaObjective {
     return shared().default_parameters();
   }
 
-  /// The shared objective's (its own data's), as the scale of this replica's.
+  /// The shared objective's for this replica's inputs (its data), where it holds per-replica inputs.
   double rounding_floor() const
     requires objective_with_rounding_floor<F>
   {
-    return shared().rounding_floor();
+    if constexpr (requires(const F& f) { f.rounding_floor(index_t{}); }) return shared().rounding_floor(inputs_);
+    else return shared().rounding_floor();
   }
 
   void value(ConstBlockView<double> x, std::span<double> f) { pool_->submit({Kind::value, replica_, inputs_, x, {}, f, {}, {}}); }

@@ -38,9 +38,11 @@ struct FileOptions {
   /// is a few bytes of an object header that a damaged file can set to anything, while chunks that are not stored
   /// read back as fill values: a one-byte change to a 44 kB example tensor declared 1.8·10⁹ strings, and the reader
   /// went for them. The default is twice deflate's limit (about 1032:1), so a fully written gzip dataset always
-  /// reads. rabbit's writer leaves all-zero chunks unwritten, so a dense tensor that is almost all zeros can exceed
-  /// it legitimately: write it sparse (rabbit's TensorWriter(sparse=True)) or raise this. The stored size counts at
-  /// most the file's size. Checked by every dataset read (io/hdf5/read.hpp, detail::require_stored).
+  /// reads; where the dataset stores little or nothing legitimately (rabbit's writer leaves all-zero chunks
+  /// unwritten, Blosc2 stores a constant chunk in a few hundred bytes) `unstored_file_multiple` times the file's
+  /// size is allowed too. A dense tensor almost all zeros beyond both: write it sparse (rabbit's
+  /// TensorWriter(sparse=True)) or raise this. The stored size counts at most the file's size. Checked by every
+  /// dataset read (io/hdf5/read.hpp, detail::require_stored).
   double max_compression_ratio = 2048;
   /// Writes compress arrays of 64 KiB and more with gzip (worth it for templates, not for dense
   /// matrices of full-precision numbers such as a covariance).
@@ -57,6 +59,11 @@ struct FileOptions {
 /// What a dataset may declare beyond `FileOptions::max_compression_ratio` times its stored bytes, so that small
 /// datasets that are unwritten (fill values only) stay readable.
 inline constexpr std::size_t unstored_read_bytes = std::size_t{64} << 10;
+/// What a numeric dataset may declare, as a multiple of the file's size, whatever it stores itself: rabbit's writer leaves
+/// all-zero chunks unwritten (an all-zero `hdata_obs` of 10⁴ bins stores nothing) and Blosc2 stores a constant
+/// 4 MiB chunk in a few hundred bytes, so a dataset's own stored bytes bound legitimate data too tightly there.
+/// A damaged dataspace of a small file still cannot declare more than 64 times the file.
+inline constexpr std::uint64_t unstored_file_multiple = 64;
 /// The largest chunk (in stored bytes) a dataset may have beyond what its stored bytes allow: HDF5 decodes a chunk
 /// whole, and writers give small resizable datasets chunks larger than themselves (rabbit's meta pickle: 1 MiB).
 inline constexpr std::size_t unstored_chunk_bytes = std::size_t{16} << 20;

@@ -6,6 +6,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -83,7 +84,8 @@ inline std::uint64_t stored_bytes(hid_t ds) {
 }
 
 /// Throws unless the dataset `ds` (`what`, dataspace dimensions `dims`, `n` elements) declares no more than
-/// FileOptions::max_compression_ratio times the bytes it occupies in the file, plus `unstored_read_bytes`, and has
+/// FileOptions::max_compression_ratio times the bytes it occupies in the file or (numbers only) `unstored_file_multiple`
+/// times the file's size, whichever is more, plus `unstored_read_bytes`, and has
 /// chunks no larger than that or `unstored_chunk_bytes`. Every reader calls this before it allocates by `n`: the
 /// dataspace is a few bytes that a damaged file can set to anything, and unstored chunks read back as fill values,
 /// so the declared size alone would let a small file ask for any amount of memory. Checked after check_storage.
@@ -91,33 +93,49 @@ inline void require_stored(const Location& loc, const std::string& what, hid_t d
   if (n == 0) return;
   const std::size_t elem = integrity::stored_element_size(ds);
   const std::uint64_t stored = stored_bytes(ds);
+  const std::uint64_t file = file_size_of(ds);
   const double ratio = loc.max_compression_ratio();
-  const long double allowed = static_cast<long double>(ratio) * stored + unstored_read_bytes;
+  // Numbers only: strings and ragged arrays are written whole (no writer skips their chunks), and each element
+  // costs a string or vector beyond its stored descriptor.
+  Handle type(H5Dget_type(ds), H5Tclose);
+  const bool numeric = type && (H5Tget_class(type.get()) == H5T_FLOAT || H5Tget_class(type.get()) == H5T_INTEGER);
+  const long double by_file = numeric ? static_cast<long double>(unstored_file_multiple) * file : 0;
+  const long double allowed = std::max(static_cast<long double>(ratio) * stored, by_file) + unstored_read_bytes;
   const long double declared = static_cast<long double>(n) * elem;
-  const auto bytes = [](long double b) { return std::to_string(static_cast<unsigned long long>(b)) + " bytes"; };
-  const std::string limit = "FileOptions::max_compression_ratio (" +
-                            (ratio == static_cast<double>(static_cast<long long>(ratio)) ? std::to_string(static_cast<long long>(ratio))
-                                                                                          : std::to_string(ratio)) +
-                            ") times what it stores, plus " + std::to_string(unstored_read_bytes >> 10) + " KiB";
+  Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+  long double chunk_bytes = 0;
+  if (dcpl && H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
+    const int rank = H5Pget_chunk(dcpl.get(), 0, nullptr);
+    if (rank > 0 && rank <= H5S_MAX_RANK) {  // else check_storage has refused the layout
+      std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
+      H5Pget_chunk(dcpl.get(), rank, chunk.data());
+      chunk_bytes = elem;
+      for (hsize_t c : chunk) chunk_bytes *= static_cast<long double>(c);
+    }
+  }
+  const bool chunk_too_large = chunk_bytes > std::max<long double>(allowed, unstored_chunk_bytes);
+  if (declared <= allowed && !chunk_too_large) return;
+  // Refused: the message (only now, so that a read that passes pays for no formatting).
+  const auto bytes = [](long double b) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.0Lf bytes", b);
+    return std::string(buf);
+  };
+  char limit[256];
+  if (numeric)
+    std::snprintf(limit, sizeof limit, "FileOptions::max_compression_ratio (%g) times what it stores, or %llu times the file's size, plus %zu KiB",
+                  ratio, static_cast<unsigned long long>(unstored_file_multiple), unstored_read_bytes >> 10);
+  else
+    std::snprintf(limit, sizeof limit, "FileOptions::max_compression_ratio (%g) times what it stores, plus %zu KiB", ratio, unstored_read_bytes >> 10);
   const std::string remedy =
       "; the file is corrupt (a damaged dataspace or chunk index: what is not stored would read back as fill values), or, if "
-      "the dataset really is this compressible (rabbit's writer leaves all-zero chunks unwritten), open the file with a larger "
-      "FileOptions::max_compression_ratio";
-  const std::string occupies = "occupies " + bytes(stored) + " of the file's " + std::to_string(file_size_of(ds));
+      "the dataset really is this compressible, open the file with a larger FileOptions::max_compression_ratio";
+  const std::string occupies = "occupies " + bytes(stored) + " of the file's " + std::to_string(file);
   if (declared > allowed)
     throw file_error(what + " declares " + std::to_string(n) + " elements " + shape_string(dims) + " of " + std::to_string(elem) + " bytes, " +
                      bytes(declared) + " in all, but " + occupies + "; a dataset may declare at most " + limit + remedy);
-  Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
-  if (!dcpl || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return;
-  const int rank = H5Pget_chunk(dcpl.get(), 0, nullptr);
-  if (rank <= 0 || rank > H5S_MAX_RANK) return;  // check_storage has refused such a layout
-  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
-  H5Pget_chunk(dcpl.get(), rank, chunk.data());
-  long double chunk_bytes = elem;
-  for (hsize_t c : chunk) chunk_bytes *= static_cast<long double>(c);
-  if (chunk_bytes > std::max<long double>(allowed, unstored_chunk_bytes))
-    throw file_error(what + " has chunks of " + bytes(chunk_bytes) + ", which HDF5 decodes whole, but " + occupies +
-                     "; a chunk may hold at most " + std::to_string(unstored_chunk_bytes >> 20) + " MiB or " + limit + remedy);
+  throw file_error(what + " has chunks of " + bytes(chunk_bytes) + ", which HDF5 decodes whole, but " + occupies + "; a chunk may hold at most " +
+                   std::to_string(unstored_chunk_bytes >> 20) + " MiB or " + limit + remedy);
 }
 
 /// Reads an integer attribute array of an open object (`owner` names it in messages).
