@@ -13,6 +13,7 @@ packages=(
   libbenchmark-dev  # Google Benchmark: speed targets
   nlohmann-json3-dev  # JSON: reference data in tests, results files
   libhdf5-dev       # HDF5 C library: rabbit input tensors and results files
+  pkg-config        # finds HDF5 (Debian's ships hdf5.pc, no CMake package) for fitlib and find_package(fitlib)
   libcli11-dev      # CLI11: the fitlib-fit command line
   hdf5-filter-plugin-blosc-serial  # Blosc v1 filter (32001) of rabbit's meta pickle
   python3-pip       # installs the Blosc2 HDF5 filter plugin below

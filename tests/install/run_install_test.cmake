@@ -1,8 +1,20 @@
 # SPDX-License-Identifier: MIT
-# Installs fitlib into a scratch prefix, then configures, builds and runs a find_package consumer.
+# The install tests (tests/CMakeLists.txt). FITLIB_STEP=install: installs fitlib into a scratch prefix (the fixture).
+# FITLIB_STEP=consumer: configures, builds and runs a C++-only find_package(fitlib) project against that prefix, checks
+# that the package enabled no C language and, with FITLIB_CHECK_MISSING_HDF5, that without HDF5 find_package fails
+# naming what to install rather than leaving an unresolved target for later.
 cmake_minimum_required(VERSION 3.21)
 
-foreach(_var FITLIB_BUILD_DIR FITLIB_CONSUMER_SOURCE_DIR FITLIB_WORK_DIR FITLIB_GENERATOR FITLIB_CXX_COMPILER)
+if(NOT FITLIB_STEP MATCHES "^(install|consumer)$")
+  message(FATAL_ERROR "run_install_test.cmake: pass -DFITLIB_STEP=install or -DFITLIB_STEP=consumer")
+endif()
+set(_required FITLIB_PREFIX)
+if(FITLIB_STEP STREQUAL "install")
+  list(APPEND _required FITLIB_BUILD_DIR)
+else()
+  list(APPEND _required FITLIB_CONSUMER_SOURCE_DIR FITLIB_WORK_DIR FITLIB_GENERATOR FITLIB_CXX_COMPILER)
+endif()
+foreach(_var IN LISTS _required)
   if(NOT DEFINED ${_var})
     message(FATAL_ERROR "run_install_test.cmake: pass -D${_var}=...")
   endif()
@@ -10,27 +22,78 @@ endforeach()
 if(NOT FITLIB_BUILD_TYPE)
   set(FITLIB_BUILD_TYPE Release)
 endif()
+if(NOT FITLIB_CONSUMER_TARGET)
+  set(FITLIB_CONSUMER_TARGET fitlib_consumer)
+endif()
 
-set(_prefix "${FITLIB_WORK_DIR}/prefix")
-set(_consumer_build "${FITLIB_WORK_DIR}/consumer-build")
+if(FITLIB_STEP STREQUAL "install")
+  file(REMOVE_RECURSE "${FITLIB_PREFIX}")
+  execute_process(
+    COMMAND "${CMAKE_COMMAND}" --install "${FITLIB_BUILD_DIR}" --prefix "${FITLIB_PREFIX}" --config "${FITLIB_BUILD_TYPE}"
+    COMMAND_ERROR_IS_FATAL ANY)
+  return()
+endif()
+
+if(NOT IS_DIRECTORY "${FITLIB_PREFIX}")
+  message(FATAL_ERROR "no fitlib installed in ${FITLIB_PREFIX}: run the install_prefix test first (ctest does, as its fixture)")
+endif()
+set(_build "${FITLIB_WORK_DIR}/build")
 file(REMOVE_RECURSE "${FITLIB_WORK_DIR}")
 
-execute_process(
-  COMMAND "${CMAKE_COMMAND}" --install "${FITLIB_BUILD_DIR}" --prefix "${_prefix}" --config "${FITLIB_BUILD_TYPE}"
-  COMMAND_ERROR_IS_FATAL ANY)
+# Configures the consumer into `dir` with the extra arguments; `out` gets the exit status and the output, whitespace
+# runs folded to one space (CMake wraps its error messages).
+function(configure_consumer dir rc out)
+  execute_process(
+    COMMAND "${CMAKE_COMMAND}" -S "${FITLIB_CONSUMER_SOURCE_DIR}" -B "${dir}"
+      -G "${FITLIB_GENERATOR}"
+      "-DCMAKE_CXX_COMPILER=${FITLIB_CXX_COMPILER}"
+      "-DCMAKE_BUILD_TYPE=${FITLIB_BUILD_TYPE}"
+      "-DCMAKE_PREFIX_PATH=${FITLIB_PREFIX}"
+      ${ARGN}
+    RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
+  message("${_out}")
+  string(REGEX REPLACE "[ \t\r\n]+" " " _out "${_out}")
+  set(${rc} "${_rc}" PARENT_SCOPE)
+  set(${out} "${_out}" PARENT_SCOPE)
+endfunction()
+
+configure_consumer("${_build}" _rc _out)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "configuring ${FITLIB_CONSUMER_SOURCE_DIR} against ${FITLIB_PREFIX} failed (exit status ${_rc})")
+endif()
+file(STRINGS "${_build}/CMakeCache.txt" _c_compiler REGEX "^CMAKE_C_COMPILER:")
+if(_c_compiler)
+  message(FATAL_ERROR "the consumer is a C++-only project, yet the C language was enabled while it found fitlib: ${_c_compiler}")
+endif()
 
 execute_process(
-  COMMAND "${CMAKE_COMMAND}" -S "${FITLIB_CONSUMER_SOURCE_DIR}" -B "${_consumer_build}"
-    -G "${FITLIB_GENERATOR}"
-    "-DCMAKE_CXX_COMPILER=${FITLIB_CXX_COMPILER}"
-    "-DCMAKE_BUILD_TYPE=${FITLIB_BUILD_TYPE}"
-    "-DCMAKE_PREFIX_PATH=${_prefix}"
+  COMMAND "${CMAKE_COMMAND}" --build "${_build}" --config "${FITLIB_BUILD_TYPE}"
   COMMAND_ERROR_IS_FATAL ANY)
 
-execute_process(
-  COMMAND "${CMAKE_COMMAND}" --build "${_consumer_build}" --config "${FITLIB_BUILD_TYPE}"
-  COMMAND_ERROR_IS_FATAL ANY)
+find_program(_consumer "${FITLIB_CONSUMER_TARGET}"
+  PATHS "${_build}" "${_build}/${FITLIB_BUILD_TYPE}" NO_DEFAULT_PATH NO_CACHE REQUIRED)
+execute_process(COMMAND "${_consumer}" ${FITLIB_CONSUMER_ARGS} RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
+message("${_out}")
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "${_consumer} exited with status ${_rc}")
+endif()
+if(DEFINED FITLIB_CONSUMER_OUTPUT AND NOT _out MATCHES "${FITLIB_CONSUMER_OUTPUT}")
+  message(FATAL_ERROR "the output of ${_consumer} does not match '${FITLIB_CONSUMER_OUTPUT}'")
+endif()
 
-find_program(_consumer fitlib_consumer
-  PATHS "${_consumer_build}" "${_consumer_build}/${FITLIB_BUILD_TYPE}" NO_DEFAULT_PATH REQUIRED)
-execute_process(COMMAND "${_consumer}" COMMAND_ERROR_IS_FATAL ANY)
+# Without HDF5 (neither its CMake package nor pkg-config to be found), find_package(fitlib) itself must fail and say
+# what to install.
+if(FITLIB_CHECK_MISSING_HDF5)
+  configure_consumer("${FITLIB_WORK_DIR}/build-without-hdf5" _rc _out
+    -DCMAKE_DISABLE_FIND_PACKAGE_HDF5=ON -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON)
+  if(_rc EQUAL 0)
+    message(FATAL_ERROR "with HDF5 hidden, configuring ${FITLIB_CONSUMER_SOURCE_DIR} succeeded; find_package(fitlib) should have failed")
+  endif()
+  if(NOT _out MATCHES "fitlib::io needs the HDF5 C library.*libhdf5-dev")
+    message(FATAL_ERROR "with HDF5 hidden, find_package(fitlib) did not fail naming the HDF5 package to install")
+  endif()
+  if(_out MATCHES "target was not found")
+    message(FATAL_ERROR "with HDF5 hidden, the configure reached an unresolved target instead of stopping at find_package")
+  endif()
+  message(STATUS "with HDF5 hidden, find_package(fitlib) fails and names the package to install, as it should")
+endif()
