@@ -17,6 +17,7 @@
 // each FILE as it is instead (e.g. the kept inputs of tests/data/rabbit/mutated/) and says how that went.
 // run_fuzzer.sh runs it (FITLIB_FUZZ_MUTATIONS inputs per tensor) after the libFuzzer targets.
 #include "bounded_run.hpp"
+#include "file_bytes.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,24 +27,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "fitlib/io/rabbit.hpp"
 
 namespace {
-
-std::vector<char> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // The ratio through FileOptions where it has one, so that the search also builds against a reader without the bound
 // (to find what that reader does with an input).
@@ -68,7 +57,7 @@ int work(const std::string& out_dir, std::uint64_t first, std::uint64_t count, i
   std::uint64_t reads = 0, refused = 0;
   const std::string scratch = (fs::path(out_dir) / ("scratch_" + std::to_string(job) + ".hdf5")).string();
   for (const std::string& file : files) {
-    const std::vector<char> good = read_file(file);
+    const std::vector<char> good = fitlib::test::file_bytes(file);
     const std::string stem = fs::path(file).stem().string();
     fitlib::io::hdf5::FileOptions fo;
     if (ratio > 0) set_ratio(fo, ratio);
@@ -76,7 +65,7 @@ int work(const std::string& out_dir, std::uint64_t first, std::uint64_t count, i
     const double time_bound = 2.0 + static_cast<double>(good.size()) / 1e6;
     for (std::uint64_t seed = first + static_cast<std::uint64_t>(job); seed < first + count; seed += static_cast<std::uint64_t>(jobs)) {
       const int nbytes = 1 + static_cast<int>(seed % 4);
-      write_file(scratch, fitlib::test::mutate(good, seed, nbytes));
+      fitlib::test::write_bytes(scratch, fitlib::test::mutate(good, seed, nbytes));
       const fitlib::test::RunResult res = fitlib::test::run_bounded(
           [&] {
             const fitlib::io::hdf5::File f = fitlib::io::hdf5::File::open(scratch, fitlib::io::hdf5::Access::read_only, fo);

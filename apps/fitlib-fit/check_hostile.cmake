@@ -6,18 +6,7 @@
 file(REMOVE_RECURSE "${OUT}")
 file(MAKE_DIRECTORY "${OUT}")
 
-# run(<expected rc> <regex that stdout+stderr must match, or "">  args...)
-function(run expect regex)
-  execute_process(COMMAND "${FIT}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err WORKING_DIRECTORY "${OUT}")
-  if(NOT rc STREQUAL "${expect}")
-    message(FATAL_ERROR "fitlib-fit ${ARGN}: exit ${rc}, expected ${expect}\n${out}\n${err}")
-  endif()
-  if(regex AND NOT "${out}${err}" MATCHES "${regex}")
-    message(FATAL_ERROR "fitlib-fit ${ARGN}: output does not match '${regex}':\n${out}\n${err}")
-  endif()
-  set(out "${out}" PARENT_SCOPE)
-  set(err "${err}" PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/check_common.cmake")  # run, require
 
 # U2: every malformed command line exits 2 (CLI11's own codes were 104–109), --help 0.
 run(0 "Exit status" --help)

@@ -11,26 +11,13 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "fitlib_fit_check_tensors failed (${rc}): ${err}")
 endif()
 
-# run(<expected rc> args...): sets out, err and json (the JSON summary of -o's results, if any).
-function(run expect)
-  execute_process(COMMAND "${FIT}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err WORKING_DIRECTORY "${OUT}")
-  if(NOT rc STREQUAL "${expect}")
-    message(FATAL_ERROR "fitlib-fit ${ARGN}: exit ${rc}, expected ${expect}\n${out}\n${err}")
-  endif()
-  set(out "${out}" PARENT_SCOPE)
-  set(err "${err}" PARENT_SCOPE)
-endfunction()
-function(require text regex what)
-  if(NOT "${text}" MATCHES "${regex}")
-    message(FATAL_ERROR "${what} does not match '${regex}':\n${text}")
-  endif()
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/check_common.cmake")  # run, require
 
 # 1. The signal template is all zero: the Hessian's POI row is zero, so the covariance fails. The fit still
 #    converges (exit 0), by a test it names with its number, on stdout and in the progress on stderr; the EDM
 #    written is the one that passed (not NaN); stderr warns about the covariance and names the parameter.
 set(_converged "converged \\((EDM [-+.e0-9]+ below edm_tol 1e-12|no decrease resolvable in double precision: EDM [-+.e0-9]+ within)")
-run(0 "${OUT}/zero_signal.hdf5" -t 0 --unblind --json -o "${OUT}/zero_signal_fit.hdf5")
+run(0 "" "${OUT}/zero_signal.hdf5" -t 0 --unblind --json -o "${OUT}/zero_signal_fit.hdf5")
 require("${out}" "== data: ${_converged}" "stdout")
 require("${err}" "stopped: ${_converged}" "stderr")
 require("${err}" "warning: fit 'data': the covariance failed[^\n]*row is zero for 'signal'" "stderr")
@@ -47,7 +34,7 @@ endif()
 
 # 2. Observed-mode toys on zero data: every toy's data are zero too, so each toy's fit lies near the fit to the
 #    observed data; pulled against it their mean is near 0 (against the default point √μ = 1 it was −56).
-run(0 "${OUT}/zero_data.hdf5" -q -t 20 --toysDataMode observed --json -o "${OUT}/zero_data_toys.hdf5")
+run(0 "" "${OUT}/zero_data.hdf5" -q -t 20 --toysDataMode observed --json -o "${OUT}/zero_data_toys.hdf5")
 require("${out}" "toys: 20 of 20 converged" "stdout")
 require("${out}" "pulls [^\n]* against the fit to the observed data" "stdout")
 file(READ "${OUT}/zero_data_toys.json" json)
@@ -60,7 +47,7 @@ if(NOT _reference STREQUAL "observed_fit" OR NOT _name STREQUAL "signal" OR _cou
   message(FATAL_ERROR "observed-mode toys: pull_reference '${_reference}', ${_name}'s mean pull ${_pull} over ${_count} toys")
 endif()
 # Expected-mode toys keep their generating point as the reference.
-run(0 "${OUT}/zero_data.hdf5" -q -t 3 --json -o "${OUT}/expected_toys.hdf5")
+run(0 "" "${OUT}/zero_data.hdf5" -q -t 3 --json -o "${OUT}/expected_toys.hdf5")
 require("${out}" "pulls [^\n]* against the toys' generating parameters" "stdout")
 file(READ "${OUT}/expected_toys.json" json)
 string(JSON _reference GET "${json}" toys pull_reference)

@@ -52,8 +52,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
       "Exit status: 0 when every fit converged; 3 when one did not (its status is in the results, which are still\n"
       "written); 2 for bad input (the message names the file, dataset, option or parameter and the remedy), checked\n"
       "before any fit; 4 when the results could not be written (they are still printed; an earlier results file\n"
-      "at -o is left as it was). A converged fit whose covariance failed (a singular Hessian) counts as converged:\n"
-      "stderr warns about it, and its uncertainties are NaN.\n"
+      "at -o is left as it was; a failed flush of the directory after the files are in place is only a warning).\n"
+      "A converged fit whose covariance failed (a singular Hessian) counts as converged: stderr warns about it, and\n"
+      "its uncertainties are NaN.\n"
       "Real rabbit tensors are Blosc2-compressed: fitlib-fit finds the filter plugin that scripts/install-deps.sh\n"
       "installs, or one given by --hdf5PluginPath or FITLIB_HDF5_PLUGIN_PATH, or that of an importable Python\n"
       "hdf5plugin (pip install hdf5plugin); HDF5_PLUGIN_PATH need not be set.");

@@ -93,8 +93,9 @@ int main(int argc, char** argv) {
     run.options = options_json(a);
     run.options["systematicType"] = model->systematic_type == SystematicType::normal ? "normal" : "log_normal";  // as fitted
     // A failed write (a full disk, a vanished directory) still shows the results on stdout; any earlier
-    // file at the output paths is left as it was (io::ReplacingFile).
-    std::string write_error;
+    // file at the output paths is left as it was (io::ReplacingFile). A directory flush that fails after
+    // the renames is only a warning: the files are in place, and a reader finds them.
+    std::string write_error, write_warning;
     const auto t_write = std::chrono::steady_clock::now();
     try {
       // Both files written and flushed to disk before either is renamed into place, the two renames back to
@@ -104,6 +105,8 @@ int main(int argc, char** argv) {
       std::optional<io::ReplacingFile> summary;
       if (a.json) summary.emplace(json_path(a)).write(io::results_json_text(run, fits.records, fits.toys), "the JSON summary");
       io::commit_all({&results, summary ? &*summary : nullptr});
+    } catch (const io::not_durable_error& e) {
+      write_warning = e.what();
     } catch (const std::exception& e) {  // a file_error, or no memory for the image
       write_error = e.what();
     }
@@ -116,6 +119,10 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       std::fprintf(stderr, "fitlib-fit: error: the results were computed but could not be written: %s\n", write_error.c_str());
       return 4;
+    }
+    if (!write_warning.empty()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "fitlib-fit: warning: %s (the results are in place; the exit status counts them written)\n", write_warning.c_str());
     }
     std::printf("\nwrote %s%s in %.3f s; total %.3f s\n", a.output.c_str(), a.json ? (" and " + json_path(a)).c_str() : "", write_seconds, total);
     return all_converged ? 0 : 3;

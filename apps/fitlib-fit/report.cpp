@@ -68,9 +68,7 @@ void print_toy_summary(const io::ToySummary& t, std::span<const io::FitRecord> f
   for (const auto& [status, count] : order) std::printf("   not converged: %td %s\n", count, status.c_str());
   index_t no_covariance = 0;  // converged toys whose σ̂ the pulls cannot use
   for (const auto& f : fits)
-    if (is_toy(f) && f.result.converged() &&
-        (f.result.covariance_status == CovarianceStatus::failed || f.result.covariance_status == CovarianceStatus::not_positive_definite))
-      ++no_covariance;
+    if (is_toy(f) && f.result.converged() && covariance_unusable(f.result.covariance_status)) ++no_covariance;
   if (no_covariance > 0)
     std::printf("   covariance failed or not positive definite in %td converged toys: their σ̂, and so their pulls, are NaN or not valid\n",
                 no_covariance);

@@ -149,8 +149,7 @@ void explain_start(Lik& lik, const io::FitRecord& rec, const Args& a) {
 /// status alone (command_line.cpp's footer).
 inline void warn_covariance(const io::FitRecord& rec, const Args& a) {
   const FitResult& r = rec.result;
-  if (a.rank > 0 || is_toy(rec) || (r.covariance_status != CovarianceStatus::failed && r.covariance_status != CovarianceStatus::not_positive_definite))
-    return;
+  if (a.rank > 0 || is_toy(rec) || !covariance_unusable(r.covariance_status)) return;
   const std::size_t n = r.x.size();
   std::string flat;
   std::size_t nflat = 0;

@@ -2,14 +2,15 @@
 // The HDF5 layer: write/read round trips, clear errors for bad files and types, and SHA-256 test vectors.
 #include <catch2/catch.hpp>
 
+#include "file_bytes.hpp"
 #include "temp_dir.hpp"
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fitlib/io/hdf5.hpp"
@@ -25,16 +26,6 @@ namespace {
 using test::TempDir;
 
 std::string example(const std::string& name) { return std::string(FITLIB_TEST_DATA_DIR) + "/rabbit/" + name; }
-
-std::vector<char> bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::string& path, const char* data, std::size_t n) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(data, static_cast<std::streamsize>(n));
-}
 
 }  // namespace
 
@@ -169,24 +160,24 @@ TEST_CASE("io: HDF5 open explains missing, non-HDF5, empty and truncated files",
   REQUIRE_THROWS_WITH(hdf5::File::open(dir / "nope.hdf5"), Contains("nope.hdf5") && Contains("does not exist"));
   REQUIRE_THROWS_WITH(hdf5::File::open(dir.path.string()), Contains("is a directory"));
   const std::string text = dir / "notes.txt";
-  write_bytes(text, "not an HDF5 file at all, just some text\n", 40);
+  test::write_bytes(text, std::string_view("not an HDF5 file at all, just some text\n"));
   REQUIRE_THROWS_WITH(hdf5::File::open(text), Contains("notes.txt") && Contains("not an HDF5 file"));
-  write_bytes(dir / "empty.h5", "", 0);
+  test::write_bytes(dir / "empty.h5", std::string_view());
   REQUIRE_THROWS_WITH(hdf5::File::open(dir / "empty.h5"), Contains("empty"));
-  const auto good = bytes_of(example("test_tensor.hdf5"));
+  const auto good = test::file_bytes(example("test_tensor.hdf5"));
   REQUIRE(good.size() > 10000);
   for (std::size_t n : {std::size_t{8}, std::size_t{600}, std::size_t{5000}, good.size() / 2, good.size() - 1}) {
     INFO("first " << n << " bytes");
-    write_bytes(dir / "cut.h5", good.data(), n);
+    test::write_bytes(dir / "cut.h5", std::span(good).first(n));
     REQUIRE_THROWS_AS(hdf5::File::open(dir / "cut.h5"), file_error);
   }
-  write_bytes(dir / "cut.h5", good.data(), good.size() - 1);
+  test::write_bytes(dir / "cut.h5", std::span(good).first(good.size() - 1));
   REQUIRE_THROWS_WITH(hdf5::File::open(dir / "cut.h5"), Contains("cut.h5") && Contains("truncated"));
   REQUIRE_THROWS_WITH(hdf5::File::create(dir / "no/such/dir/x.h5"), Contains("x.h5") && Contains("cannot create"));
 }
 
 TEST_CASE("io: HDF5 file images open without touching the disk", "[io][hdf5]") {
-  const auto good = bytes_of(example("test_tensor.hdf5"));
+  const auto good = test::file_bytes(example("test_tensor.hdf5"));
   const auto f = hdf5::File::open_image(std::as_bytes(std::span(good)), "in-memory tensor");
   CHECK(f.file_name() == "in-memory tensor");
   CHECK(hdf5::read_strings(f, "hprocs") == std::vector<std::string>{"sig", "bkg", "bkg_2"});
@@ -222,7 +213,7 @@ TEST_CASE("io: SHA-256 matches the FIPS 180-4 test vectors", "[io][sha256]") {
 
   TempDir dir;
   const std::string path = dir / "abc.txt";
-  write_bytes(path, "abc", 3);
+  test::write_bytes(path, std::string_view("abc"));
   CHECK(sha256_file(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(sha256_file(example("test_tensor.hdf5")) == "57b302ecc851e008454873be053f59c08e6a316b2f066c9d93282272c3eb0a48");
   REQUIRE_THROWS_AS(sha256_file(dir / "missing"), file_error);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Output paths (include/fitlib/io/output_file.hpp): what -o may be (a device, a FIFO or a socket is
 // refused and left as it was; a dangling link is written through at its target), the order in which
-// outputs reach the disk (both files flushed before the first rename), and names up to the file
-// system's limit (the temporary's name is cut short, never the user's).
+// outputs reach the disk (both files flushed before the first rename; a failed flush after the renames
+// told apart), and names up to the file system's limit (the temporary's name is cut short, never the user's).
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -15,12 +15,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "file_bytes.hpp"
 #include "fitlib/io/output_file.hpp"
 #include "temp_dir.hpp"
 
@@ -29,11 +29,6 @@ using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 /// Files in `dir` whose names start with '.' (the temporary files of ReplacingFile).
 std::size_t hidden_files(const fs::path& dir) {
@@ -57,6 +52,14 @@ struct StepRecorder {
   ~StepRecorder() { io::detail::output_steps = nullptr; }
   StepRecorder(const StepRecorder&) = delete;
   StepRecorder& operator=(const StepRecorder&) = delete;
+};
+
+/// While it lives, every directory flush fails with `error` (io::detail::directory_sync_failure), and only then.
+struct FailingDirectorySync {
+  explicit FailingDirectorySync(int error) { io::detail::directory_sync_failure = error; }
+  ~FailingDirectorySync() { io::detail::directory_sync_failure = 0; }
+  FailingDirectorySync(const FailingDirectorySync&) = delete;
+  FailingDirectorySync& operator=(const FailingDirectorySync&) = delete;
 };
 
 std::size_t name_max(const fs::path& dir) { return static_cast<std::size_t>(::pathconf(dir.c_str(), _PC_NAME_MAX)); }
@@ -125,11 +128,11 @@ TEST_CASE("output paths: a dangling symbolic link is written through, at its tar
   CHECK(!fs::exists(dir / "real/fit.hdf5"));
   write(link, "first");
   CHECK(type_of(link) == S_IFLNK);
-  CHECK(slurp(dir / "real/fit.hdf5") == "first");
+  CHECK(test::file_text(dir / "real/fit.hdf5") == "first");
   // Now a link to a regular file: replaced at its target as before.
   write(link, "second");
   CHECK(type_of(link) == S_IFLNK);
-  CHECK(slurp(dir / "real/fit.hdf5") == "second");
+  CHECK(test::file_text(dir / "real/fit.hdf5") == "second");
 
   // A chain of links, the last absolute and dangling.
   const std::string a = dir / "a.hdf5", b = dir / "b.hdf5";
@@ -139,7 +142,7 @@ TEST_CASE("output paths: a dangling symbolic link is written through, at its tar
   write(a, "chained");
   CHECK(type_of(a) == S_IFLNK);
   CHECK(type_of(b) == S_IFLNK);
-  CHECK(slurp(dir / "real/chain.hdf5") == "chained");
+  CHECK(test::file_text(dir / "real/chain.hdf5") == "chained");
   CHECK(hidden_files(dir.path) == 0);
   CHECK(hidden_files(dir.path / "real") == 0);
 
@@ -176,8 +179,8 @@ TEST_CASE("output paths: files published together are all flushed to disk before
     CHECK(rec.steps[3] == "rename " + summary->temporary() + " " + summary->path());
     CHECK(rec.steps[4] == "fsync-directory " + dir.path.string());
   }
-  CHECK(slurp(dir / "fit.hdf5") == "results");
-  CHECK(slurp(dir / "fit.json") == "{}");
+  CHECK(test::file_text(dir / "fit.hdf5") == "results");
+  CHECK(test::file_text(dir / "fit.json") == "{}");
   CHECK(hidden_files(dir.path) == 0);
 
   {  // A file written through temporary() (as HDF5 writes a tensor) is flushed by commit, before its rename.
@@ -190,7 +193,7 @@ TEST_CASE("output paths: files published together are all flushed to disk before
     CHECK(rec.steps[1] == "rename " + out.temporary() + " " + out.path());
     CHECK(rec.steps[2] == "fsync-directory " + dir.path.string());
   }
-  CHECK(slurp(dir / "tensor.hdf5") == "tensor");
+  CHECK(test::file_text(dir / "tensor.hdf5") == "tensor");
 
   {  // The second rename fails: the message says that the first file was already replaced.
     io::ReplacingFile results(dir / "fit.hdf5");
@@ -201,7 +204,25 @@ TEST_CASE("output paths: files published together are all flushed to disk before
     fs::create_directories(dir.path / "fit.json" / "in the way");  // renaming a file onto a non-empty directory fails
     CHECK_THROWS_WITH(io::commit_all({&results, &summary}), Contains("fit.json") && Contains("fit.hdf5' already holds this run's output"));
   }
-  CHECK(slurp(dir / "fit.hdf5") == "new results");
+  CHECK(test::file_text(dir / "fit.hdf5") == "new results");
+  CHECK(hidden_files(dir.path) == 0);
+
+  {  // Only the directory's flush fails, after both renames: a not_durable_error, told apart from a failed write.
+    fs::remove_all(dir.path / "fit.json");
+    io::ReplacingFile results(dir / "fit.hdf5");
+    results.write(std::string_view("durable?"), "the results file");
+    io::ReplacingFile summary(dir / "fit.json");
+    summary.write(std::string_view("{}"), "the JSON summary");
+    const FailingDirectorySync failing(EIO);
+    try {
+      io::commit_all({&results, &summary});
+      FAIL("a failed directory flush was not reported");
+    } catch (const io::not_durable_error& e) {
+      CHECK_THAT(std::string(e.what()), Contains("fit.hdf5' and '") && Contains("fit.json' replaced") && Contains("could undo the replacement"));
+    }
+  }
+  CHECK(test::file_text(dir / "fit.hdf5") == "durable?");
+  CHECK(test::file_text(dir / "fit.json") == "{}");
   CHECK(hidden_files(dir.path) == 0);
 }
 
@@ -224,7 +245,7 @@ TEST_CASE("output paths: a name up to the file system's limit is written, a long
       CHECK(tmp.substr(tmp.size() - 4) == ".tmp");
     }
     REQUIRE_NOTHROW(write(path, name));
-    CHECK(slurp(path) == name);
+    CHECK(test::file_text(path) == name);
     fs::remove(path);
   }
   CHECK(hidden_files(dir.path) == 0);
@@ -241,7 +262,7 @@ TEST_CASE("output paths: a name up to the file system's limit is written, a long
     out.write(std::string_view("é"), "the results file");
     out.commit();
   }
-  CHECK(slurp(dir / accented) == "é");
+  CHECK(test::file_text(dir / accented) == "é");
 
   // One byte more than the limit: refused with the real cause and the limit, not as an unwritable directory.
   const std::string too_long = dir / (std::string(limit - 4, 'b') + ".hdf5");

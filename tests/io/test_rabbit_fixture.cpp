@@ -15,6 +15,7 @@
 #include "fitlib/fit.hpp"
 #include "fitlib/io/rabbit.hpp"
 #include "model_checks.hpp"
+#include "plugin_path.hpp"
 
 using namespace fitlib;
 
@@ -229,7 +230,7 @@ TEST_CASE("io: rabbit's Blosc2-compressed tensors read as their gzip twins", "[i
     WARN("no Blosc2 HDF5 plugin at " << plugins << " (scripts/install-deps.sh installs PyPI's hdf5plugin there); skipping");
     return;
   }
-  const auto saved = io::hdf5::plugin_search_path();
+  const test::RestorePluginPath restore;
   io::hdf5::set_plugin_search_path({plugins});
   for (const char* stem : {"test_tensor", "test_tensor_sparse"}) {
     INFO(stem);
@@ -238,5 +239,4 @@ TEST_CASE("io: rabbit's Blosc2-compressed tensors read as their gzip twins", "[i
     if (b.model.sparse()) CHECK(b.model.sparse()->val == g.model.sparse()->val);
     CHECK(b.sha256 != g.sha256);
   }
-  io::hdf5::set_plugin_search_path(saved);
 }

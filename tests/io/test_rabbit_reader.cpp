@@ -2,7 +2,9 @@
 // read_rabbit on rabbit's example tensors (dense, sparse, symmetric, Blosc2) and on a corpus of broken files.
 #include <catch2/catch.hpp>
 
+#include "file_bytes.hpp"
 #include "model_checks.hpp"
+#include "plugin_path.hpp"
 #include "temp_dir.hpp"
 
 #include <algorithm>
@@ -10,11 +12,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,16 +36,6 @@ const std::string dense_file = example("test_tensor.hdf5");
 const std::string sparse_file = example("test_tensor_sparse.hdf5");
 const std::string symmetric_file = example("test_tensor_symmetric.hdf5");
 const std::string blosc2_file = example("test_tensor_blosc2.hdf5");
-
-std::vector<char> bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 /// Copies `source` to `target` and applies `mutate` to the copy, opened for writing.
 std::string mutated(const std::string& source, const std::string& target, const std::function<void(const hdf5::File&)>& mutate) {
@@ -220,7 +211,7 @@ TEST_CASE("io: read_rabbit reads Blosc2-compressed tensors with a plugin and exp
   // First an empty plugin search path, before anything asks HDF5 about filter 32026 (asking loads the plugin).
   // HDF5 reads HDF5_PLUGIN_PATH once, when it starts (already done in this process), so set the search path
   // through the H5PL API; the variable is set too for any HDF5 that starts later.
-  const auto saved = hdf5::plugin_search_path();
+  const test::RestorePluginPath restore_path;
   const char* env = std::getenv("HDF5_PLUGIN_PATH");
   const std::string saved_env = env != nullptr ? env : "";
   struct RestoreEnv {
@@ -266,14 +257,13 @@ TEST_CASE("io: read_rabbit reads Blosc2-compressed tensors with a plugin and exp
   if (!fs::exists(fs::path(plugins) / "libh5blosc2.so")) {
     WARN("no Blosc2 HDF5 plugin at " << plugins << " (scripts/install-deps.sh installs the PyPI package hdf5plugin there); "
                                         "skipping the check that a Blosc2 tensor reads correctly");
-    hdf5::set_plugin_search_path(saved);
     return;
   }
   setenv("HDF5_PLUGIN_PATH", plugins.c_str(), 1);
   hdf5::set_plugin_search_path({plugins});
   const RabbitTensor b = read_rabbit(blosc2_file);
   const RabbitTensor g = read_rabbit(symmetric_file);  // the same tensor, gzip-compressed
-  hdf5::set_plugin_search_path(saved);
+  hdf5::set_plugin_search_path(restore_path.saved);
   CHECK(b.model.dense()->nominal == g.model.dense()->nominal);
   CHECK(b.model.dense()->logk == g.model.dense()->logk);
   CHECK(b.model.symmetric == g.model.symmetric);
@@ -536,13 +526,13 @@ TEST_CASE("io: read_rabbit accepts what rabbit accepts", "[io][rabbit]") {
 TEST_CASE("io: read_rabbit survives truncated and corrupted files", "[io][rabbit]") {
   TempDir dir;
   for (const std::string* source : {&dense_file, &sparse_file, &symmetric_file}) {
-    const auto good = bytes_of(*source);
+    const auto good = test::file_bytes(*source);
     REQUIRE(good.size() > 20000);
     for (std::size_t n : {std::size_t{0}, std::size_t{7}, std::size_t{96}, std::size_t{800}, std::size_t{4096}, good.size() / 3,
                           good.size() / 2, good.size() - 100, good.size() - 1}) {
       INFO(*source << ": first " << n << " bytes");
       const std::string path = dir / "cut.hdf5";
-      write_bytes(path, std::vector<char>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)));
+      test::write_bytes(path, std::span(good).first(n));
       REQUIRE_THROWS_AS(read_rabbit(path), fitlib::error);
     }
     // Byte flips at seeded offsets: every outcome is a valid model or a fitlib::error.
@@ -556,7 +546,7 @@ TEST_CASE("io: read_rabbit survives truncated and corrupted files", "[io][rabbit
       }
       INFO(*source << ": trial " << trial);
       const std::string path = dir / "flipped.hdf5";
-      write_bytes(path, bytes);
+      test::write_bytes(path, bytes);
       read_or_fitlib_error(path);
     }
   }

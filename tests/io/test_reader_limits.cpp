@@ -4,6 +4,7 @@
 // working memory, and integers beyond 2⁵³ in the results' options.
 #include <catch2/catch.hpp>
 
+#include "plugin_path.hpp"
 #include "temp_dir.hpp"
 
 #include <cstdint>
@@ -32,6 +33,7 @@ using fitlib::io::file_error;
 using fitlib::io::read_rabbit;
 using fitlib::io::RabbitReadOptions;
 using fitlib::io::RabbitTensor;
+using fitlib::test::RestorePluginPath;
 using fitlib::test::TempDir;
 
 namespace {
@@ -39,17 +41,6 @@ namespace {
 std::string data_file(const std::string& name) { return std::string(FITLIB_TEST_DATA_DIR) + "/" + name; }
 const std::string blosc2_tensor = data_file("rabbit/test_tensor_blosc2.hdf5");
 const std::string normal_tensor = data_file("rabbit/test_tensor_normal.hdf5");  // meta: systematic_type normal, asymmetric
-
-/// Puts HDF5's plugin search path back as it was when made (a plugin HDF5 has loaded stays loaded).
-struct RestorePluginPath {
-  std::vector<std::string> saved = hdf5::plugin_search_path();
-  ~RestorePluginPath() {
-    try {
-      (void)hdf5::set_plugin_search_path(saved);
-    } catch (...) {
-    }
-  }
-};
 
 /// Sets HDF5's plugin search path through HDF5's own API, entries unchecked, as HDF5_PLUGIN_PATH can give it.
 void raw_plugin_path(const std::vector<std::string>& dirs) {

@@ -5,9 +5,9 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "file_bytes.hpp"
 #include "fitlib/io/output_file.hpp"
 #include "fitlib/io/results.hpp"
 #include "temp_dir.hpp"
@@ -16,11 +16,6 @@ using namespace fitlib;
 using Catch::Matchers::Contains;
 
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 /// A fit record of `n` parameters with a covariance and toy-sized payload.
 io::FitRecord record(const std::string& name, std::size_t n) {
@@ -74,7 +69,7 @@ TEST_CASE("results: a write replaces the file whole, and a failed write leaves t
   io::RunInfo run;
   run.input_path = "tensor.hdf5";
   io::write_results(path, run, {record("data", 4)});
-  const std::string before = slurp(path);
+  const std::string before = test::file_text(path);
   REQUIRE(!before.empty());
   CHECK(hidden_files(dir.path) == 0);
   {
@@ -90,7 +85,7 @@ TEST_CASE("results: a write replaces the file whole, and a failed write leaves t
     CHECK_THROWS_AS(io::write_results(path, run, many), io::file_error);
     CHECK_THROWS_AS(io::write_results_json(dir / "fit.json", run, many), io::file_error);
   }
-  CHECK(slurp(path) == before);
+  CHECK(test::file_text(path) == before);
   CHECK(!std::filesystem::exists(dir / "fit.json"));
   CHECK(hidden_files(dir.path) == 0);
 
@@ -107,7 +102,7 @@ TEST_CASE("results: the JSON summary is valid UTF-8 whatever the names hold, wit
   io::FitRecord f = record("data", 3);
   f.result.names[0] = "lu\xffmi";
   io::write_results_json(dir / "fit.json", run, {f});
-  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "fit.json"));
+  const nlohmann::json j = nlohmann::json::parse(test::file_text(dir / "fit.json"));
   CHECK(j["input"]["path"] == "caf\xef\xbf\xbd.hdf5");  // U+FFFD
   CHECK(j["fits"][0]["parameters"][0]["name"] == "lu\xef\xbf\xbdmi");
   const auto& cov = j["fits"][0]["covariance"];
@@ -146,7 +141,7 @@ TEST_CASE("results: a fit that threw is written with its error beside the others
   const auto file = io::hdf5::File::open(dir / "fit.hdf5");
   CHECK(io::hdf5::read_strings(file, "fits") == std::vector<std::string>{"toy1", "toy2"});
   CHECK(io::hdf5::exists(file, "toy1/covariance"));
-  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "fit.json"));
+  const nlohmann::json j = nlohmann::json::parse(test::file_text(dir / "fit.json"));
   CHECK(j["fits"][1]["error"] == failed.error);
   CHECK(j["fits"][1]["converged"] == false);
   CHECK(!j["fits"][0].contains("error"));

@@ -11,6 +11,7 @@
 #include "fitlib/fit.hpp"
 #include "fitlib/io/rabbit.hpp"
 #include "demo_analysis.hpp"
+#include "plugin_path.hpp"
 #include "random_model.hpp"
 
 using namespace fitlib;
@@ -357,20 +358,42 @@ TEST_CASE("end game: an Asimov fit starts at its minimum and ends converged at o
       WARN("no Blosc2 HDF5 plugin at " << plugins << " (scripts/install-deps.sh installs it); skipping test_tensor_normal.hdf5");
       return;
     }
-    const auto saved = io::hdf5::plugin_search_path();
-    io::hdf5::set_plugin_search_path({plugins});
-    const Model normal = io::read_rabbit(data + "/rabbit_fixture/test_tensor_normal.hdf5").model;
-    io::hdf5::set_plugin_search_path(saved);
+    const Model normal = [&] {
+      const test::RestorePluginPath restore;
+      io::hdf5::set_plugin_search_path({plugins});
+      return io::read_rabbit(data + "/rabbit_fixture/test_tensor_normal.hdf5").model;
+    }();
     check_asimov_fits(normal);
   }
 }
 
-TEST_CASE("end game: the likelihood's rounding floor is eps²-small, and zero without counts", "[minimize][endgame][asimov]") {
+TEST_CASE("end game: the likelihood's rounding floor is proportional to the counts, a replica's to its own, and zero without",
+          "[minimize][endgame][asimov]") {
   SerialLikelihood lik(examples::demo_analysis());
-  double n = 0;
-  for (double c : lik.model().data) n += c;
-  const double eps = std::numeric_limits<double>::epsilon();
-  CHECK(lik.rounding_floor() == 1e3 * eps * eps * n);
-  lik.set_data(std::vector<double>(lik.model().data.size(), 0.0));
+  const std::vector<double> own = lik.model().data;
+  const double own_floor = lik.rounding_floor();
+  REQUIRE(own_floor > 0);
+  // Away from f ≈ 0 it lies below f's own rounding, so that it decides only where the terms cancel (Asimov data).
+  CHECK(own_floor < std::numeric_limits<double>::epsilon() * std::abs(lik.value(lik.default_parameters())));
+  const auto scaled = [&](double k) {
+    std::vector<double> v(own);
+    for (double& c : v) c *= k;
+    return v;
+  };
+
+  // A replica's floor is its data's; one that leaves its data empty has the likelihood's.
+  std::vector<ReplicaInputs> replicas(2);
+  replicas[0].data = scaled(3);
+  lik.set_replicas(replicas);
+  CHECK(lik.rounding_floor(0) == Approx(3 * own_floor).epsilon(1e-12));
+  CHECK(lik.rounding_floor(1) == lik.rounding_floor());
+
+  // Twice the counts, twice the floor: the likelihood's own, and so the empty replica's, not the other replica's.
+  lik.set_data(scaled(2));
+  CHECK(lik.rounding_floor() == Approx(2 * own_floor).epsilon(1e-12));
+  CHECK(lik.rounding_floor(1) == lik.rounding_floor());
+  CHECK(lik.rounding_floor(0) == Approx(3 * own_floor).epsilon(1e-12));
+
+  lik.set_data(scaled(0));
   CHECK(lik.rounding_floor() == 0.0);
 }

@@ -267,6 +267,7 @@ TEMPLATE_TEST_CASE("fit: a stop decided by the EDM reports that EDM, also where 
   const FitResult r = fit(nll, TrustRegion<TestType>(o));
   REQUIRE(r.status == FitStatus::converged_edm);
   CHECK(r.covariance_status == CovarianceStatus::failed);
+  CHECK(covariance_unusable(r.covariance_status));
   CHECK(std::isnan(r.uncertainties[0]));
   CHECK(std::abs(r.x[0] - r.x0[0]) < 1e-12);  // the likelihood has no slope along the POI
   CHECK(std::isfinite(r.edm));

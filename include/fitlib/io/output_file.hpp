@@ -26,6 +26,14 @@
 
 namespace fitlib::io {
 
+/// The outputs were renamed into place, but flushing their directory to disk failed afterwards: readers see the new
+/// files now, and only a crash before the system writes the directory could undo the replacement. A `file_error`, so
+/// that a caller not telling it apart treats it as any failed write; fitlib-fit warns and counts the results written.
+class not_durable_error : public file_error {
+ public:
+  using file_error::file_error;
+};
+
 class ReplacingFile;
 inline void commit_all(std::initializer_list<ReplacingFile*> files);
 
@@ -37,6 +45,9 @@ inline thread_local std::vector<std::string>* output_steps = nullptr;
 inline void note_output_step(std::string step) {
   if (output_steps != nullptr) output_steps->push_back(std::move(step));
 }
+
+/// For tests: while nonzero, a directory's fsync fails with this errno (no file system fails one on demand).
+inline thread_local int directory_sync_failure = 0;
 
 /// `path` resolved as far as it exists (symbolic links followed), for comparing two paths.
 inline std::filesystem::path resolved(const std::string& path) {
@@ -195,8 +206,12 @@ inline void sync_path(const std::string& path, bool directory, const std::string
     if (directory) return;  // e.g. a directory one may write but not read: nothing better can be done
     throw file_error("cannot reopen '" + path + "' to flush " + what + " to disk (" + std::strerror(e) + ")");
   }
-  const bool ok = ::fsync(fd) == 0;
-  const int e = errno;
+  bool ok = ::fsync(fd) == 0;
+  int e = errno;
+  if (directory && directory_sync_failure != 0) {
+    ok = false;
+    e = directory_sync_failure;
+  }
   ::close(fd);
   note_output_step((directory ? "fsync-directory " : "fsync ") + path);
   if (!ok && e != EINVAL && e != EROFS) throw file_error("cannot flush " + what + " '" + path + "' to disk (" + std::strerror(e) + "); the disk may be full or failing");
@@ -307,7 +322,8 @@ class ReplacingFile {
 
   /// Flushes the temporary file to disk (unless `write` or `flush` did), renames it onto `path` and
   /// flushes the directory, so the new name survives a crash; throws `file_error` on failure (the
-  /// temporary file is then removed, and `path` is untouched unless the directory's flush failed).
+  /// temporary file is then removed, and `path` is untouched), `not_durable_error` where only the
+  /// directory's flush failed (`path` is then replaced).
   void commit() { commit_all({this}); }
 
  private:
@@ -321,7 +337,9 @@ class ReplacingFile {
 /// file to disk first (those `write` has not), then renames them into place one right after the other,
 /// with nothing in between, then flushes their directories. A kill between two renames (a window of one
 /// system call) still leaves the earlier files new and the later ones old: no file system renames two
-/// files at once. Null entries are skipped. Throws `file_error` saying which files were already replaced.
+/// files at once. Null entries are skipped. Throws `file_error` saying which files were already replaced
+/// where a rename fails; `not_durable_error` where every rename was done and only a directory's flush failed
+/// (every directory is still tried), as the files are then in place.
 inline void commit_all(std::initializer_list<ReplacingFile*> files) {
   for (ReplacingFile* f : files)
     if (f != nullptr && !f->flushed_) f->flush();
@@ -340,13 +358,16 @@ inline void commit_all(std::initializer_list<ReplacingFile*> files) {
     const std::string dir = detail::directory_of(f->path_).string();
     if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
   }
+  std::string unflushed;
   for (const std::string& dir : dirs) {
     try {
       detail::sync_path(dir, true, "the directory");
     } catch (const file_error& e) {
-      throw file_error(replaced + " replaced, but " + e.what() + ": a crash now could undo the replacement");
+      if (unflushed.empty()) unflushed = e.what();
     }
   }
+  if (!unflushed.empty())
+    throw not_durable_error(replaced + " replaced, but " + unflushed + ": a crash before the system writes the directory could undo the replacement");
 }
 
 /// Writes `bytes` (or text) to `path` whole or not at all (`ReplacingFile`); throws `file_error` naming `what`.

@@ -136,4 +136,11 @@ constexpr std::string_view to_string(CovarianceStatus s) {
   return "unknown";
 }
 
+/// Whether a covariance was computed and cannot serve as one: it failed (NaN), or the Hessian is indefinite (LDLᵀ's
+/// inverse is no covariance). The uncertainties, pulls, impacts and scans that stand on it are then NaN or not valid;
+/// `not_computed` is not unusable, as nothing was asked of it.
+constexpr bool covariance_unusable(CovarianceStatus s) {
+  return s == CovarianceStatus::failed || s == CovarianceStatus::not_positive_definite;
+}
+
 }  // namespace fitlib
