@@ -3,8 +3,10 @@
 include_guard(GLOBAL)
 
 # Warnings are errors in fitlib's code; dependencies (Eigen, Catch2, benchmark) arrive as
-# imported targets, so their headers are -isystem and do not count.
+# imported targets, so their headers are -isystem and do not count. PORTABLE: never -march=native
+# (fitlib::prebuilt and its bits test: include/fitlib/prebuilt.hpp says why).
 function(fitlib_target_warnings target)
+  cmake_parse_arguments(PARSE_ARGV 1 _arg "PORTABLE" "" "")
   if(MSVC)
     target_compile_options(${target} PRIVATE /W4 /WX /permissive-)
   else()
@@ -18,7 +20,7 @@ function(fitlib_target_warnings target)
       target_compile_options(${target} PRIVATE -Wno-restrict)
     endif()
   endif()
-  if(FITLIB_NATIVE AND NOT MSVC)
+  if(FITLIB_NATIVE AND NOT _arg_PORTABLE AND NOT MSVC)
     target_compile_options(${target} PRIVATE -march=native)
   endif()
 endfunction()

@@ -24,3 +24,17 @@
 #else
 #define FITLIB_ALWAYS_INLINE inline __attribute__((always_inline))
 #endif
+
+/// fitlib::prebuilt (prebuilt.hpp) compiles some non-template functions once: their definitions sit in
+/// `#if FITLIB_DEFINITIONS` sections, marked FITLIB_PREBUILT_INLINE. In the one source of the library that defines
+/// FITLIB_PREBUILT_SOURCE they are defined out of line; in every other translation unit that defines
+/// FITLIB_PREBUILT (the library's consumers, and its other sources) they are left out; header-only, they are inline.
+#if defined(FITLIB_PREBUILT_SOURCE)
+#define FITLIB_DEFINITIONS 1
+#define FITLIB_PREBUILT_INLINE
+#elif defined(FITLIB_PREBUILT)
+#define FITLIB_DEFINITIONS 0
+#else
+#define FITLIB_DEFINITIONS 1
+#define FITLIB_PREBUILT_INLINE inline
+#endif

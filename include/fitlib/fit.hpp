@@ -40,3 +40,4 @@
 #include "fitlib/replica/batch_scans.hpp"
 #include "fitlib/replica/positivity.hpp"
 #include "fitlib/replica/training.hpp"
+#include "fitlib/prebuilt.hpp"

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "fitlib/config.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/host_solver.hpp"
 #include "fitlib/device/policy.hpp"
@@ -78,18 +79,7 @@ class HostLayer {
 
   /// c = op(a)·b with op(a) `[m × k]`, b `[k × n]`, c `[m × n]`, column-major.
   void gemm(bool trans_a, index_t m, index_t n, index_t k, const double* a, index_t lda, const double* b, index_t ldb, double* c,
-            index_t ldc) const {
-    using Map = Eigen::Map<const Eigen::MatrixXd, 0, Eigen::OuterStride<>>;
-    Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> cm(c, m, n, Eigen::OuterStride<>(ldc));
-    const Map bm(b, k, n, Eigen::OuterStride<>(ldb));
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-      cm.setZero();
-      return;
-    }
-    if (trans_a) cm.noalias() = Map(a, k, m, Eigen::OuterStride<>(lda)).transpose() * bm;
-    else cm.noalias() = Map(a, m, k, Eigen::OuterStride<>(lda)) * bm;
-  }
+            index_t ldc) const;
 
   template <class F>
   void launch(index_t n, const F& f) const {
@@ -97,6 +87,22 @@ class HostLayer {
   }
   void fence() const {}
 };
+
+#if FITLIB_DEFINITIONS
+FITLIB_PREBUILT_INLINE void HostLayer::gemm(bool trans_a, index_t m, index_t n, index_t k, const double* a, index_t lda, const double* b,
+                                            index_t ldb, double* c, index_t ldc) const {
+  using Map = Eigen::Map<const Eigen::MatrixXd, 0, Eigen::OuterStride<>>;
+  Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> cm(c, m, n, Eigen::OuterStride<>(ldc));
+  const Map bm(b, k, n, Eigen::OuterStride<>(ldb));
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    cm.setZero();
+    return;
+  }
+  if (trans_a) cm.noalias() = Map(a, k, m, Eigen::OuterStride<>(lda)).transpose() * bm;
+  else cm.noalias() = Map(a, m, k, Eigen::OuterStride<>(lda)) * bm;
+}
+#endif
 
 static_assert(device_layer<HostLayer>);
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "fitlib/config.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 
@@ -19,29 +20,35 @@ class HostCholesky {
  public:
   /// Factors A (`[n × n]`, the lower triangle is read); false when A is not positive definite
   /// (a NaN pivot included), and then `solve` must not be called.
-  bool factor(ConstBlockView<double> a) {
-    const Eigen::Map<const Eigen::MatrixXd, 0, Eigen::OuterStride<>> m(a.data, a.rows, a.cols, Eigen::OuterStride<>(a.ld));
-    // Constructed only when factorised: a default LLT leaves its status indeterminate, which a
-    // later copy or move would read (UBSan reports it).
-    if (llt_) llt_->compute(m);
-    else llt_.emplace(m);
-    return llt_->info() == Eigen::Success;
-  }
+  bool factor(ConstBlockView<double> a);
 
   /// X = A⁻¹·B (`[n × nrhs]` each; X may not alias B).
-  void solve(ConstBlockView<double> b, BlockView<double> x) const {
-    if (!llt_ || llt_->info() != Eigen::Success) throw usage_error("HostCholesky::solve without a successful factor()");
-    if (b.cols == 1) {  // Eigen's vector path (a triangular solve per factor, not its blocked matrix one)
-      Eigen::Map<Eigen::VectorXd>(x.data, x.rows) = llt_->solve(Eigen::Map<const Eigen::VectorXd>(b.data, b.rows));
-      return;
-    }
-    const Eigen::Map<const Eigen::MatrixXd, 0, Eigen::OuterStride<>> bm(b.data, b.rows, b.cols, Eigen::OuterStride<>(b.ld));
-    Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> xm(x.data, x.rows, x.cols, Eigen::OuterStride<>(x.ld));
-    xm = llt_->solve(bm);
-  }
+  void solve(ConstBlockView<double> b, BlockView<double> x) const;
 
  private:
   std::optional<Eigen::LLT<Eigen::MatrixXd>> llt_;
 };
+
+#if FITLIB_DEFINITIONS
+FITLIB_PREBUILT_INLINE bool HostCholesky::factor(ConstBlockView<double> a) {
+  const Eigen::Map<const Eigen::MatrixXd, 0, Eigen::OuterStride<>> m(a.data, a.rows, a.cols, Eigen::OuterStride<>(a.ld));
+  // Constructed only when factorised: a default LLT leaves its status indeterminate, which a
+  // later copy or move would read (UBSan reports it).
+  if (llt_) llt_->compute(m);
+  else llt_.emplace(m);
+  return llt_->info() == Eigen::Success;
+}
+
+FITLIB_PREBUILT_INLINE void HostCholesky::solve(ConstBlockView<double> b, BlockView<double> x) const {
+  if (!llt_ || llt_->info() != Eigen::Success) throw usage_error("HostCholesky::solve without a successful factor()");
+  if (b.cols == 1) {  // Eigen's vector path (a triangular solve per factor, not its blocked matrix one)
+    Eigen::Map<Eigen::VectorXd>(x.data, x.rows) = llt_->solve(Eigen::Map<const Eigen::VectorXd>(b.data, b.rows));
+    return;
+  }
+  const Eigen::Map<const Eigen::MatrixXd, 0, Eigen::OuterStride<>> bm(b.data, b.rows, b.cols, Eigen::OuterStride<>(b.ld));
+  Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> xm(x.data, x.rows, x.cols, Eigen::OuterStride<>(x.ld));
+  xm = llt_->solve(bm);
+}
+#endif
 
 }  // namespace fitlib::detail

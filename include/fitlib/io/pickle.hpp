@@ -17,8 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "fitlib/config.hpp"
 #include "fitlib/core/error.hpp"  // usage_error
-#include "fitlib/io/hdf5.hpp"  // file_error
+#include "fitlib/io/hdf5/handle.hpp"  // file_error
 
 namespace fitlib::io::pickle {
 
@@ -102,6 +103,23 @@ struct Limits {
   }
 };
 
+/// Decodes one pickle (protocols 0–5) without executing anything. Throws `file_error` naming what was wrong and
+/// the byte offset: a truncated stream, an unknown opcode, a stack underflow, a length beyond the stream, nesting
+/// deeper than `limits.max_depth`, more than `limits.max_values` values, a tree beyond `limits.max_bytes` (by
+/// default 64 times the stream's size, within [1 MiB, 1 GiB]), or more than `limits.max_nodes` values created and
+/// stack entries while decoding. Bytes after STOP are ignored.
+Value decode(std::span<const std::uint8_t> bytes, const Limits& limits = {});
+
+/// Encodes `v` as a protocol-4 pickle (one FRAME) that Python's pickle.loads and `decode` read back: None, bool,
+/// int (64-bit), float, str, bytes, list, tuple, dict, and class instances as `decode` records them (`text`
+/// "module.name" split at its last dot, STACK_GLOBAL; `items` the arguments of NEWOBJ, i.e. cls.__new__(cls,
+/// *items), or NEWOBJ_EX with `kwargs`; `state` one BUILD) or a bare global (`instance` false). Nothing is
+/// memoised, so a shared value is written at each use. Throws `usage_error` for what it cannot write (big
+/// integers, objects with SETITEMS/APPENDS, nesting deeper than `max_depth`).
+std::vector<std::uint8_t> encode(const Value& v, std::size_t max_depth = Limits{}.max_depth);
+
+// The decoder and the encoder: inline here, or in fitlib::prebuilt (config.hpp's FITLIB_DEFINITIONS).
+#if FITLIB_DEFINITIONS
 namespace detail {
 
 /// The unpickling machine: nodes live in an arena (so the memo can share a container that is still being filled,
@@ -557,12 +575,7 @@ class Machine {
 
 }  // namespace detail
 
-/// Decodes one pickle (protocols 0–5) without executing anything. Throws `file_error` naming what was wrong and
-/// the byte offset: a truncated stream, an unknown opcode, a stack underflow, a length beyond the stream, nesting
-/// deeper than `limits.max_depth`, more than `limits.max_values` values, a tree beyond `limits.max_bytes` (by
-/// default 64 times the stream's size, within [1 MiB, 1 GiB]), or more than `limits.max_nodes` values created and
-/// stack entries while decoding. Bytes after STOP are ignored.
-inline Value decode(std::span<const std::uint8_t> bytes, const Limits& limits = {}) {
+FITLIB_PREBUILT_INLINE Value decode(std::span<const std::uint8_t> bytes, const Limits& limits) {
   return detail::Machine(bytes, limits).run();
 }
 
@@ -683,13 +696,7 @@ class Writer {
 
 }  // namespace detail
 
-/// Encodes `v` as a protocol-4 pickle (one FRAME) that Python's pickle.loads and `decode` read back: None, bool,
-/// int (64-bit), float, str, bytes, list, tuple, dict, and class instances as `decode` records them (`text`
-/// "module.name" split at its last dot, STACK_GLOBAL; `items` the arguments of NEWOBJ, i.e. cls.__new__(cls,
-/// *items), or NEWOBJ_EX with `kwargs`; `state` one BUILD) or a bare global (`instance` false). Nothing is
-/// memoised, so a shared value is written at each use. Throws `usage_error` for what it cannot write (big
-/// integers, objects with SETITEMS/APPENDS, nesting deeper than `max_depth`).
-inline std::vector<std::uint8_t> encode(const Value& v, std::size_t max_depth = Limits{}.max_depth) {
+FITLIB_PREBUILT_INLINE std::vector<std::uint8_t> encode(const Value& v, std::size_t max_depth) {
   detail::Writer w(max_depth);
   w.value(v, 0);
   w.out.push_back('.');
@@ -698,6 +705,7 @@ inline std::vector<std::uint8_t> encode(const Value& v, std::size_t max_depth = 
   bytes.insert(bytes.end(), w.out.begin(), w.out.end());
   return bytes;
 }
+#endif
 
 /// Value builders for `encode`.
 inline Value none() { return {}; }

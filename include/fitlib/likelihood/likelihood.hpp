@@ -82,30 +82,7 @@ class Likelihood {
   /// constraints) and may hold any part of the tensor. `part` runs on several threads at once:
   /// serialise it if the reader is not thread-safe (HDF5's serial build is not).
   Likelihood(std::shared_ptr<const Model> model, std::vector<BinRange> shards, TemplateSource part, policy_type policy = {},
-             LikelihoodOptions opts = {})
-      : model_(std::move(model)), opts_(opts), shards_(policy, model_ ? model_->nbins() : 0) {
-    // Over MPI ranks a rank whose part fails (bad rows in its slice, too few bins for its shards)
-    // must not leave the others waiting in the first gather: every rank learns of it there.
-    std::exception_ptr failed;
-    try {
-      build(policy, std::move(shards), part);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    shards_.exchange().gather_layout(static_cast<index_t>(shards_.size()),
-                                     failed ? BinRange{} : BinRange{shards_[0].bins().begin, shards_[shards_.size() - 1].bins().end},
-                                     model_ ? model_->nbins_full() : 0, failed);
-    // Shards whose models hold part of the tensor check together what none can see alone.
-    if (std::any_of(shards_.begin(), shards_.end(), [](const ShardT& s) { return s.model().held().has_value(); })) {
-      std::vector<index_t> mine(static_cast<std::size_t>(model_->nsyst()), 0), varied(mine.size());
-      for (const ShardT& s : shards_) {
-        const std::vector<index_t> v = s.model().varied_systematics();
-        for (std::size_t i = 0; i < v.size(); ++i) mine[i] |= v[i];
-      }
-      shards_.exchange().template combine_ranks<index_t>(mine, varied, [](index_t a, index_t b) { return a | b; });
-      model_->require_determined(varied);
-    }
-  }
+             LikelihoodOptions opts = {});
 
  private:
   /// This process's part of the constructor: checks, global terms and its shards (`given`, or
@@ -581,6 +558,34 @@ class Likelihood {
   CoupledStep<typename policy_type::dense_solver> coupled_;  ///< the covariance term (DataTerm::covariance)
   detail::Penalties penalties_;
 };
+
+// Defined out of the class, so that fitlib::prebuilt holds it for its likelihoods (prebuilt.hpp).
+template <class ShardT>
+Likelihood<ShardT>::Likelihood(std::shared_ptr<const Model> model, std::vector<BinRange> shards, TemplateSource part, policy_type policy,
+                               LikelihoodOptions opts)
+    : model_(std::move(model)), opts_(opts), shards_(policy, model_ ? model_->nbins() : 0) {
+  // Over MPI ranks a rank whose part fails (bad rows in its slice, too few bins for its shards)
+  // must not leave the others waiting in the first gather: every rank learns of it there.
+  std::exception_ptr failed;
+  try {
+    build(policy, std::move(shards), part);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  shards_.exchange().gather_layout(static_cast<index_t>(shards_.size()),
+                                   failed ? BinRange{} : BinRange{shards_[0].bins().begin, shards_[shards_.size() - 1].bins().end},
+                                   model_ ? model_->nbins_full() : 0, failed);
+  // Shards whose models hold part of the tensor check together what none can see alone.
+  if (std::any_of(shards_.begin(), shards_.end(), [](const ShardT& s) { return s.model().held().has_value(); })) {
+    std::vector<index_t> mine(static_cast<std::size_t>(model_->nsyst()), 0), varied(mine.size());
+    for (const ShardT& s : shards_) {
+      const std::vector<index_t> v = s.model().varied_systematics();
+      for (std::size_t i = 0; i < v.size(); ++i) mine[i] |= v[i];
+    }
+    shards_.exchange().template combine_ranks<index_t>(mine, varied, [](index_t a, index_t b) { return a | b; });
+    model_->require_determined(varied);
+  }
+}
 
 /// The likelihood on one CPU thread with dense templates.
 using SerialLikelihood = Likelihood<Shard<cpu::Serial, storage::Dense>>;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fitlib/config.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/minimize/subproblem.hpp"
@@ -66,7 +67,9 @@ inline void solve_upper_transposed(ConstBlockView<double> U, double* x) {
 /// first non-positive (or NaN) pivot. On failure the leading (k−1)×(k−1) factor and
 /// U[0:k−1, k−1] are valid, which is what `singular_leading_submatrix` needs (trust-region.md
 /// §3.5), and U(k−1, k−1) holds the failed pivot. The strictly lower triangle of U is zeroed.
-inline index_t upper_cholesky(ConstBlockView<double> H, double shift, BlockView<double> U) {
+index_t upper_cholesky(ConstBlockView<double> H, double shift, BlockView<double> U);
+#if FITLIB_DEFINITIONS
+FITLIB_PREBUILT_INLINE index_t upper_cholesky(ConstBlockView<double> H, double shift, BlockView<double> U) {
   using Map = Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>>;
   const index_t n = H.rows;
   Map u(U.data, n, n, Eigen::OuterStride<>(U.ld));
@@ -99,6 +102,7 @@ inline index_t upper_cholesky(ConstBlockView<double> H, double shift, BlockView<
   }
   return 0;
 }
+#endif
 
 /// The Cline–Moler–Stewart–Wilkinson estimate of U's smallest singular value and its right
 /// singular vector (trust-region.md §3.5): the ±1 right-hand side e of Uᵀw = e is chosen

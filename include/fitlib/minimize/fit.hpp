@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fitlib/config.hpp"
 #include "fitlib/core/concepts.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
@@ -116,7 +117,9 @@ struct FitResult {
 /// regular expression matched against whole names (ECMAScript); a pattern that is neither, or that
 /// matches nothing, is a usage_error naming it. A program checks its users' patterns with this
 /// before any fit runs.
-inline std::vector<bool> frozen_mask(const std::vector<std::string>& names, const std::vector<std::string>& patterns) {
+std::vector<bool> frozen_mask(const std::vector<std::string>& names, const std::vector<std::string>& patterns);
+#if FITLIB_DEFINITIONS
+FITLIB_PREBUILT_INLINE std::vector<bool> frozen_mask(const std::vector<std::string>& names, const std::vector<std::string>& patterns) {
   std::vector<bool> frozen(names.size(), false);
   for (const auto& pattern : patterns) {
     bool matched = false;
@@ -137,6 +140,7 @@ inline std::vector<bool> frozen_mask(const std::vector<std::string>& names, cons
   }
   return frozen;
 }
+#endif
 
 namespace detail {
 template <class F>
@@ -169,8 +173,11 @@ void full_hessian(F& f, const std::vector<double>& x, double& value, std::vector
 
 /// The lower Cholesky factor of the free block of H, for the preconditioner; a block that is not
 /// positive definite falls back to its diagonal, and a non-positive diagonal entry to 1.
-inline Eigen::MatrixXd preconditioner_factor(const std::vector<double>& H, index_t n, const std::vector<index_t>& free,
-                                             Preconditioning kind, std::vector<index_t> blocks) {
+Eigen::MatrixXd preconditioner_factor(const std::vector<double>& H, index_t n, const std::vector<index_t>& free, Preconditioning kind,
+                                      std::vector<index_t> blocks);
+#if FITLIB_DEFINITIONS
+FITLIB_PREBUILT_INLINE Eigen::MatrixXd preconditioner_factor(const std::vector<double>& H, index_t n, const std::vector<index_t>& free,
+                                                             Preconditioning kind, std::vector<index_t> blocks) {
   const index_t m = static_cast<index_t>(free.size());
   Eigen::MatrixXd L = Eigen::MatrixXd::Zero(m, m);
   auto h = [&](index_t r, index_t c) {
@@ -203,6 +210,7 @@ inline Eigen::MatrixXd preconditioner_factor(const std::vector<double>& H, index
   }
   return L;
 }
+#endif
 }  // namespace detail
 
 namespace detail {

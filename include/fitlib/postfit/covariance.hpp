@@ -8,6 +8,7 @@
 #include <limits>
 #include <span>
 
+#include "fitlib/config.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/minimize/status.hpp"
 
@@ -16,7 +17,9 @@ namespace fitlib {
 /// Writes C = H⁻¹ for a symmetric `[n × n]` Hessian (column-major) into `cov`. Positive definite:
 /// from the Cholesky factor (`accurate`). Indefinite but invertible: from LDLᵀ, reported as
 /// `not_positive_definite` (C is then not a covariance). Singular or non-finite: `failed`, C NaN.
-inline CovarianceStatus covariance_from_hessian(ConstBlockView<double> H, BlockView<double> cov) {
+CovarianceStatus covariance_from_hessian(ConstBlockView<double> H, BlockView<double> cov);
+#if FITLIB_DEFINITIONS
+FITLIB_PREBUILT_INLINE CovarianceStatus covariance_from_hessian(ConstBlockView<double> H, BlockView<double> cov) {
   const index_t n = H.rows;
   Eigen::MatrixXd h(n, n);
   for (index_t j = 0; j < n; ++j)
@@ -41,5 +44,6 @@ inline CovarianceStatus covariance_from_hessian(ConstBlockView<double> H, BlockV
   C.setConstant(std::numeric_limits<double>::quiet_NaN());
   return CovarianceStatus::failed;
 }
+#endif
 
 }  // namespace fitlib

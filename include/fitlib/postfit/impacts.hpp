@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "fitlib/config.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/likelihood/options.hpp"
@@ -52,11 +53,14 @@ inline std::vector<index_t> impact_targets(const Model& m) {
 
 namespace detail {
 
-inline Eigen::MatrixXd square(const std::vector<double>& a, index_t n) {
+Eigen::MatrixXd square(const std::vector<double>& a, index_t n);
+#if FITLIB_DEFINITIONS
+FITLIB_PREBUILT_INLINE Eigen::MatrixXd square(const std::vector<double>& a, index_t n) {
   if (static_cast<index_t>(a.size()) != n * n)
     throw usage_error("impacts need the fit's covariance and Hessian: fit with FitOptions::covariance = true");
   return Eigen::Map<const Eigen::MatrixXd>(a.data(), n, n);
 }
+#endif
 
 constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 
@@ -67,7 +71,9 @@ inline double root_or_nan(double q) { return std::isnan(q) ? nan : std::sqrt(std
 /// √diag((H_UU)⁻¹) on the index set U, scattered to all parameters (0 outside U): the uncertainties
 /// with every parameter outside U held at its fitted value. NaN if H_UU is not finite or not
 /// positive definite.
-inline Eigen::VectorXd conditional_sigma(const Eigen::MatrixXd& H, const std::vector<index_t>& U) {
+Eigen::VectorXd conditional_sigma(const Eigen::MatrixXd& H, const std::vector<index_t>& U);
+#if FITLIB_DEFINITIONS
+FITLIB_PREBUILT_INLINE Eigen::VectorXd conditional_sigma(const Eigen::MatrixXd& H, const std::vector<index_t>& U) {
   Eigen::VectorXd sigma = Eigen::VectorXd::Zero(H.rows());
   const auto m = static_cast<index_t>(U.size());
   Eigen::MatrixXd h(m, m);
@@ -82,6 +88,7 @@ inline Eigen::VectorXd conditional_sigma(const Eigen::MatrixXd& H, const std::ve
     sigma(U[static_cast<std::size_t>(a)]) = ok ? root_or_nan(c(a, a)) : nan;
   return sigma;
 }
+#endif
 
 /// The free parameters among `candidates`.
 inline std::vector<index_t> free_of(const FitResult& r, const std::vector<index_t>& candidates) {

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fitlib/config.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/model/model.hpp"
@@ -155,44 +156,51 @@ class CovarianceReplicas {
   /// `central`: the central values `[n]`; `covariance`: `[n × n]` (either storage order: it must
   /// be symmetric). Throws `usage_error` naming the bin for a non-finite value or a non-positive
   /// variance, and when the matrix is not symmetric positive definite.
-  CovarianceReplicas(std::vector<double> central, std::span<const double> covariance) : central_(std::move(central)) {
-    const index_t n = static_cast<index_t>(central_.size());
-    if (static_cast<index_t>(covariance.size()) != n * n)
-      throw usage_error("CovarianceReplicas: the covariance has " + std::to_string(covariance.size()) + " entries; it must be n × n = " +
-                        std::to_string(n * n));
-    const Eigen::Map<const Eigen::MatrixXd> C(covariance.data(), n, n);
-    Eigen::VectorXd sigma(n);
-    for (index_t i = 0; i < n; ++i) {
-      if (!std::isfinite(central_[static_cast<std::size_t>(i)]))
-        throw usage_error("CovarianceReplicas: central value of bin " + std::to_string(i) + " is not finite");
-      if (!(C(i, i) > 0) || !std::isfinite(C(i, i)))
-        throw usage_error("CovarianceReplicas: variance of bin " + std::to_string(i) + " is " + std::to_string(C(i, i)) + "; it must be positive");
-      sigma(i) = std::sqrt(C(i, i));
-    }
-    if (!C.allFinite() || !C.isApprox(C.transpose(), 1e-12))
-      throw usage_error("CovarianceReplicas: the covariance is not symmetric (or not finite)");
-    const Eigen::MatrixXd rho = sigma.cwiseInverse().asDiagonal() * C * sigma.cwiseInverse().asDiagonal();
-    const Eigen::LLT<Eigen::MatrixXd> llt(rho);
-    if (llt.info() != Eigen::Success)
-      throw usage_error("CovarianceReplicas: the covariance is not positive definite; regularise it or drop degenerate bins");
-    factor_ = sigma.asDiagonal() * Eigen::MatrixXd(llt.matrixL());
-  }
+  CovarianceReplicas(std::vector<double> central, std::span<const double> covariance);
 
   index_t size() const { return static_cast<index_t>(central_.size()); }
 
   /// Replica `index`: c + L·z.
-  std::vector<double> replica(std::uint64_t seed, std::uint64_t index) const {
-    detail::require_stream_range(index, 0, central_.size(), "CovarianceReplicas");
-    Eigen::VectorXd z(size());
-    for (index_t i = 0; i < size(); ++i) z(i) = RandomStream(seed, index, Stream::data, static_cast<std::uint64_t>(i)).normal();
-    const Eigen::VectorXd d = Eigen::Map<const Eigen::VectorXd>(central_.data(), size()) + factor_.triangularView<Eigen::Lower>() * z;
-    return {d.data(), d.data() + d.size()};
-  }
+  std::vector<double> replica(std::uint64_t seed, std::uint64_t index) const;
 
  private:
   std::vector<double> central_;
   Eigen::MatrixXd factor_;  ///< L with L·Lᵀ = C, lower triangular
 };
+
+#if FITLIB_DEFINITIONS
+FITLIB_PREBUILT_INLINE CovarianceReplicas::CovarianceReplicas(std::vector<double> central, std::span<const double> covariance)
+    : central_(std::move(central)) {
+  const index_t n = static_cast<index_t>(central_.size());
+  if (static_cast<index_t>(covariance.size()) != n * n)
+    throw usage_error("CovarianceReplicas: the covariance has " + std::to_string(covariance.size()) + " entries; it must be n × n = " +
+                      std::to_string(n * n));
+  const Eigen::Map<const Eigen::MatrixXd> C(covariance.data(), n, n);
+  Eigen::VectorXd sigma(n);
+  for (index_t i = 0; i < n; ++i) {
+    if (!std::isfinite(central_[static_cast<std::size_t>(i)]))
+      throw usage_error("CovarianceReplicas: central value of bin " + std::to_string(i) + " is not finite");
+    if (!(C(i, i) > 0) || !std::isfinite(C(i, i)))
+      throw usage_error("CovarianceReplicas: variance of bin " + std::to_string(i) + " is " + std::to_string(C(i, i)) + "; it must be positive");
+    sigma(i) = std::sqrt(C(i, i));
+  }
+  if (!C.allFinite() || !C.isApprox(C.transpose(), 1e-12))
+    throw usage_error("CovarianceReplicas: the covariance is not symmetric (or not finite)");
+  const Eigen::MatrixXd rho = sigma.cwiseInverse().asDiagonal() * C * sigma.cwiseInverse().asDiagonal();
+  const Eigen::LLT<Eigen::MatrixXd> llt(rho);
+  if (llt.info() != Eigen::Success)
+    throw usage_error("CovarianceReplicas: the covariance is not positive definite; regularise it or drop degenerate bins");
+  factor_ = sigma.asDiagonal() * Eigen::MatrixXd(llt.matrixL());
+}
+
+FITLIB_PREBUILT_INLINE std::vector<double> CovarianceReplicas::replica(std::uint64_t seed, std::uint64_t index) const {
+  detail::require_stream_range(index, 0, central_.size(), "CovarianceReplicas");
+  Eigen::VectorXd z(size());
+  for (index_t i = 0; i < size(); ++i) z(i) = RandomStream(seed, index, Stream::data, static_cast<std::uint64_t>(i)).normal();
+  const Eigen::VectorXd d = Eigen::Map<const Eigen::VectorXd>(central_.data(), size()) + factor_.triangularView<Eigen::Lower>() * z;
+  return {d.data(), d.data() + d.size()};
+}
+#endif
 
 /// How a toy treats the Gaussian constraints (rabbit's `--toysSystRandomize`, §5.5).
 enum class ConstraintRandomization {

@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: MIT
+// fitlib::prebuilt: the fits and postfit helpers over fitlib::SerialLikelihood (prebuilt.hpp).
+#include "fitlib/fit.hpp"
+
+namespace fitlib {
+FITLIB_PREBUILT_LIKELIHOOD(template, SerialLikelihood)
+}  // namespace fitlib
