@@ -82,6 +82,11 @@ void blind(io::FitRecord& f, const Blinding& b) {
     const auto i = static_cast<std::size_t>(r.index(s.parameter));
     for (double& v : s.values) v = b.scale[i] * v + b.shift[i];
   }
+  for (GridScan& g : f.scans2d)
+    for (std::size_t k = 0; k < g.parameters.size(); ++k) {
+      const auto i = static_cast<std::size_t>(r.index(g.parameters[k]));
+      for (double& v : g.values[k]) v = b.scale[i] * v + b.shift[i];
+    }
   f.blinded = b.names;
 }
 

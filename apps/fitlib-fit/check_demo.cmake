@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Runs fitlib-fit on the demo tensor (Asimov, data and two toys, impacts, a scan) and checks the
 # JSON summary: every fit converged, the Asimov fit sits at the default point, the data fit is
-# blinded unless --unblind, and impacts and the scan are there. Arguments: FIT, TENSOR, OUT.
+# blinded unless --unblind, impacts and the scan are there, and the model section names the parameters' kinds and
+# prefit widths. Arguments: FIT, TENSOR, OUT.
 file(MAKE_DIRECTORY "${OUT}")
 function(run_fit name)
   execute_process(COMMAND "${FIT}" "${TENSOR}" -q -o "${OUT}/${name}.hdf5" --json ${ARGN}
@@ -41,8 +42,41 @@ if(NOT npoints EQUAL 5 OR stat LESS_EQUAL 0 OR bb LESS_EQUAL 0)
   message(FATAL_ERROR "impacts or scan missing: stat ${stat}, binByBinStat ${bb}, ${npoints} scan points")
 endif()
 
-# Unblinded, the data fit reports the same fit in the physical coordinates.
-run_fit(unblinded -t 0 --unblind)
+# The model section: what a pulls plot needs without the tensor.
+string(JSON nparams LENGTH "${json}" model parameters)
+string(JSON fit_params LENGTH "${json}" fits 0 parameters)
+string(JSON kind GET "${json}" model parameters 0 kind)
+string(JSON width GET "${json}" model parameters 1 prefit_uncertainty)
+string(JSON constrained GET "${json}" model parameters 1 constrained)
+if(NOT nparams EQUAL fit_params OR NOT kind STREQUAL "poi" OR NOT width EQUAL 1 OR NOT constrained)
+  message(FATAL_ERROR "model section: ${nparams} parameters for ${fit_params}, first '${kind}', second of prefit width ${width}, constrained ${constrained}")
+endif()
+
+# A blinded data fit's 2D scans are in its blinded coordinates: the grid's centre is the reported POI.
+string(JSON second GET "${json}" model parameters 1 name)
+run_fit(blinded2d -t 0 --scanPoints 3 --scan2D signal ${second} --scan2D ${second} signal --scan2D signal ${second})
+string(JSON n2d LENGTH "${json}" fits 0 scans2D)
+string(JSON reported GET "${json}" fits 0 parameters 0 postfit)
+string(JSON grid_centre GET "${json}" fits 0 scans2D 0 values 0 1)
+string(JSON swapped GET "${json}" fits 0 scans2D 1 parameters 0)
+if(NOT n2d EQUAL 2 OR NOT reported STREQUAL grid_centre OR NOT swapped STREQUAL second)
+  message(FATAL_ERROR "blinded --scan2D: ${n2d} scans (a repeated pair is scanned once), grid centre ${grid_centre} for the reported "
+                      "${reported}, second scan of '${swapped}' first")
+endif()
+
+# Unblinded, the data fit reports the same fit in the physical coordinates; a bare --scan scans every parameter,
+# and --scan2D the grid of two, its centre the best fit.
+run_fit(unblinded -t 0 --unblind --scan --scanPoints 3 --scan2D signal ${second})
+string(JSON nscans LENGTH "${json}" fits 0 scans)
+if(NOT nscans EQUAL nparams)
+  message(FATAL_ERROR "a bare --scan scanned ${nscans} of the ${nparams} parameters")
+endif()
+string(JSON grid_rows LENGTH "${json}" fits 0 scans2D 0 dnll)
+string(JSON centre GET "${json}" fits 0 scans2D 0 dnll 1 1)
+string(JSON corner GET "${json}" fits 0 scans2D 0 dnll 0 0)
+if(NOT grid_rows EQUAL 3 OR centre GREATER 0.000001 OR centre LESS -0.000001 OR NOT corner GREATER 0)
+  message(FATAL_ERROR "--scan2D signal ${second}: ${grid_rows} rows, ΔNLL ${centre} at the centre and ${corner} at a corner")
+endif()
 string(JSON blinded LENGTH "${json}" fits 0 blinded)
 string(JSON mu GET "${json}" fits 0 parameters 0 postfit)
 if(NOT blinded EQUAL 0 OR mu LESS 0.9 OR mu GREATER 1.15)

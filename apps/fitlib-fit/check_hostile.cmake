@@ -60,6 +60,12 @@ run(2 "--scanPoints must be" "${TENSOR}" -q -t 300 --scan --scanPoints 0 -o "${O
 if("${out}${err}" MATCHES "toys")
   message(FATAL_ERROR "--scanPoints 0 was refused only after the toys:\n${out}\n${err}")
 endif()
+run(2 "--scan2D needs two different parameters" "${TENSOR}" -q -t 0 --scan2D signal signal -o "${OUT}/s2.hdf5")
+run(2 "unknown parameter 'nosuch'" "${TENSOR}" -q -t 300 --scan2D signal nosuch -o "${OUT}/s2.hdf5")
+if("${out}${err}" MATCHES "toys")
+  message(FATAL_ERROR "an unknown --scan2D parameter was refused only after the toys:\n${out}\n${err}")
+endif()
+run(2 "--noHessian leaves no covariance" "${TENSOR}" -q -t 0 --noHessian --scan2D signal signal -o "${OUT}/s2.hdf5")
 
 # C1: a path with a byte that is not UTF-8 gives valid JSON (U+FFFD in place of the byte), and no crash.
 string(ASCII 233 _latin1_e)

@@ -69,7 +69,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
   app.add_option("--toysDataRandomize", a.toys_data, "data fluctuation of toys: poisson, normal, none")->capture_default_str();
   app.add_option("--toysDataMode", a.toys_data_mode, "centre of the toys' data: expected, observed")->capture_default_str();
   app.add_option("--replicaBatch", a.replica_batch,
-                 "toys minimised together, their evaluations pooled (same results as one by one): 0 = min(64, N), 1 = one at a time")
+                 "toys (and --scan2D grid points) minimised together, their evaluations pooled (same results as one by one): 0 = min(64, N), 1 = one at a time")
       ->capture_default_str();
   auto* pd = app.add_option("--pseudoData", a.pseudodata, "fit the tensor's pseudodata sets (names; none = all) instead of data with -t 0")
                  ->expected(0, -1);
@@ -111,8 +111,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
   app.add_flag("--doImpacts", a.impacts, "traditional impacts on POIs and NOIs, per parameter and group");
   app.add_flag("--globalImpacts", a.global_impacts, "global impacts (shifted global observables) on POIs and NOIs");
   app.add_flag("--noHessian", a.no_hessian, "no covariance (and no impacts or scans)");
-  auto* scan = app.add_option("--scan", a.scan, "profile-likelihood scans of these parameters (none = POIs and NOIs)")->expected(0, -1);
-  app.add_option("--scanPoints", a.scan_points, "points per scan")->capture_default_str();
+  auto* scan = app.add_option("--scan", a.scan, "profile-likelihood scans of these parameters (none: every free parameter, as rabbit)")->expected(0, -1);
+  app.add_option("--scan2D", a.scan2d, "A B: a profile-likelihood scan over the grid of two parameters, its points fitted as a batch of replicas (repeatable)");
+  app.add_option("--scanPoints", a.scan_points, "points per scan (per parameter of a 2D scan)")->capture_default_str();
   app.add_option("--scanRange", a.scan_range, "scan half-width in postfit σ")->capture_default_str();
   auto* unblind = app.add_option("--unblind", a.unblind, "data fits report POIs and NOIs blinded (fixed, name-seeded offsets) unless unblinded here: no values = all, else the names/regexes given")
                       ->expected(0, -1);
@@ -135,8 +136,16 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
 }
 
 void check_arguments(Args& a) {
-  if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan))
-    throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts or --scan; drop one of them");
+  if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan || !a.scan2d.empty()))
+    throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts, --scan or --scan2D; drop one of them");
+  for (const auto& [x, y] : a.scan2d)
+    if (x == y) throw usage_error("--scan2D needs two different parameters, got '" + x + "' twice");
+  // A scan asked for twice is run once.
+  const auto once = [](auto& v) {
+    for (std::size_t i = 0; i < v.size(); ++i) v.erase(std::remove(v.begin() + static_cast<std::ptrdiff_t>(i) + 1, v.end(), v[i]), v.end());
+  };
+  once(a.scan);
+  once(a.scan2d);
   if (a.threads < 1) throw usage_error("--threads must be ≥ 1, got " + std::to_string(a.threads));
   if (a.max_meta_mib < 1 || a.max_meta_mib > (std::int64_t{1} << 20))
     throw usage_error("--maxMetaMiB must be from 1 to 1048576 (1 TiB), got " + std::to_string(a.max_meta_mib));
@@ -307,6 +316,7 @@ nlohmann::json options_json(const Args& a) {
           {"doImpacts", a.impacts},
           {"globalImpacts", a.global_impacts},
           {"scan", a.do_scan ? nlohmann::json(a.scan) : nlohmann::json(nullptr)},
+          {"scan2D", a.scan2d},
           {"unblind", a.unblind_all ? nlohmann::json("all") : nlohmann::json(a.unblind)},
           {"threads", a.threads},
           {"ranks", a.ranks}};

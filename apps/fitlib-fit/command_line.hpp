@@ -42,6 +42,7 @@ struct Args {
   bool impacts = false, global_impacts = false, no_hessian = false;
   std::vector<std::string> scan;
   bool do_scan = false;
+  std::vector<std::pair<std::string, std::string>> scan2d;  ///< --scan2D A B (repeatable)
   index_t scan_points = 15;
   double scan_range = 3;
   std::vector<std::string> unblind;

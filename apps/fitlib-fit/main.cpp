@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < argc; ++i) run.command_line += (i ? " " : "") + std::string(argv[i]);
     run.options = options_json(a);
     run.options["systematicType"] = model->systematic_type == SystematicType::normal ? "normal" : "log_normal";  // as fitted
+    run.model = io::ModelInfo::of(*model);
     // A failed write (a full disk, a vanished directory) still shows the results on stdout; any earlier
     // file at the output paths is left as it was (io::ReplacingFile). A directory flush that fails after
     // the renames is only a warning: the files are in place, and a reader finds them.

@@ -105,28 +105,41 @@ void postfit(io::FitRecord& rec, Lik& lik, const TrustRegion<Sub>& tr, const Arg
   std::vector<std::string> params;
   if (a.do_scan) {
     params = a.scan;
-    if (params.empty())
-      for (index_t t : impact_targets(lik.model()))
-        if (!r.frozen[static_cast<std::size_t>(t)]) params.push_back(r.names[static_cast<std::size_t>(t)]);
+    if (params.empty())  // bare --scan: every free parameter, as rabbit's
+      for (std::size_t i = 0; i < r.names.size(); ++i)
+        if (!r.frozen[i]) params.push_back(r.names[i]);
   }
   // Toys report their progress as a whole (run_toys), not each toy's postfit.
   std::optional<StageProgress> progress;
   if (!is_toy(rec))
-    progress.emplace("postfit of '" + rec.name + "' (impacts, scans)", index_t{a.impacts} + index_t{a.global_impacts} + static_cast<index_t>(params.size()),
-                     a.rank > 0);
+    progress.emplace("postfit of '" + rec.name + "' (impacts, scans)",
+                     index_t{a.impacts} + index_t{a.global_impacts} + static_cast<index_t>(params.size() + a.scan2d.size()), a.rank > 0);
   auto advance = [&] {
     if (progress) progress->advance();
   };
   if (a.impacts) rec.impacts = traditional_impacts(lik, r), advance();
   if (a.global_impacts) rec.global_impacts = global_impacts(lik, r), advance();
+  // A scan needs a free parameter with a finite σ to set its range; without one (a failed covariance) the fit's
+  // results are still written, without that scan.
+  const auto scannable = [&](const std::string& p, const std::string& scan, const std::string& which) {
+    const auto i = static_cast<std::size_t>(r.index(p));
+    if (!r.frozen[i] && r.uncertainties[i] > 0 && std::isfinite(r.uncertainties[i])) return true;
+    if (a.rank == 0)
+      std::fprintf(stderr, "fitlib-fit: warning: fit '%s': no %s (%sfrozen, or its uncertainty is %g)\n", rec.name.c_str(), scan.c_str(),
+                   which.c_str(), r.uncertainties[i]);
+    return false;
+  };
   for (const auto& p : params) {
-    // A scan needs a finite σ to set its range; without one (a failed covariance) the fit's results
-    // are still written, without that scan.
-    const double sigma = r.uncertainties[static_cast<std::size_t>(r.index(p))];
-    if (r.frozen[static_cast<std::size_t>(r.index(p))] || !(sigma > 0) || !std::isfinite(sigma))
-      std::fprintf(stderr, "fitlib-fit: warning: fit '%s': no scan of '%s' (frozen, or its uncertainty is %g)\n", rec.name.c_str(), p.c_str(), sigma);
-    else
-      rec.scans.push_back(profile_scan(lik, tr, r, p, scan_options(a)));
+    if (scannable(p, "scan of '" + p + "'", "")) rec.scans.push_back(profile_scan(lik, tr, r, p, scan_options(a)));
+    advance();
+  }
+  for (const auto& [x, y] : a.scan2d) {
+    const std::string what = "2D scan of '" + x + "' and '" + y + "'";
+    if (scannable(x, what, "'" + x + "': ") && scannable(y, what, "'" + y + "': ")) {
+      const ScanOptions so = scan_options(a);
+      const index_t side = 2 * (so.points / 2) + 1;  // batch_scan's grid
+      rec.scans2d.push_back(batch_scan(ReplicaBatch<>(replica_width(a, static_cast<int>(side * side))), lik, tr, r, {x, y}, so));
+    }
     advance();
   }
   rec.postfit_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -391,6 +404,7 @@ Fits run_all(const Args& a, std::shared_ptr<const Model> model, const std::vecto
                                            policy, lo);
     // Names are checked before any fit runs, so a typo never costs a fit.
     for (const auto& p : a.scan) (void)lik.parameter_index(p);
+    for (const auto& [x, y] : a.scan2d) (void)lik.parameter_index(x), (void)lik.parameter_index(y);
     (void)frozen_mask(lik.parameter_names(), a.freeze);
     return run_with_method(lik, a, in);
   };

@@ -9,6 +9,7 @@
 
 #include "file_bytes.hpp"
 #include "fitlib/io/output_file.hpp"
+#include "fitlib/io/rabbit.hpp"
 #include "fitlib/io/results.hpp"
 #include "temp_dir.hpp"
 
@@ -145,4 +146,88 @@ TEST_CASE("results: a fit that threw is written with its error beside the others
   CHECK(j["fits"][1]["error"] == failed.error);
   CHECK(j["fits"][1]["converged"] == false);
   CHECK(!j["fits"][0].contains("error"));
+}
+
+TEST_CASE("results: the model section says what a plot needs: channels, processes, kinds, constraints and prefit widths",
+          "[io][results]") {
+  Model m = io::read_rabbit(std::string(FITLIB_TEST_DATA_DIR) + "/rabbit/test_tensor.hdf5").model;
+  REQUIRE(m.nois == std::vector<index_t>{1, 10});
+  REQUIRE(m.groups[0].members == std::vector<index_t>{2});
+  REQUIRE(m.constraint_weights[0] == 0);  // an unconstrained nuisance
+  REQUIRE(m.constraint_weights[3] == 1);
+  // Two POIs, so that an offset by the POI count is told from an offset by one.
+  m.processes[1].signal = true;
+  REQUIRE(m.npoi() == 2);
+  m.constraint_weights[2] = 4;  // a constraint of width 1/2
+  const io::ModelInfo info = io::ModelInfo::of(m);
+  REQUIRE(info.parameters == m.parameter_names());
+  REQUIRE(info.parameters.size() == 2 + m.systematics.size());
+  CHECK(info.kinds[0] == "poi");
+  CHECK(info.kinds[1] == "poi");
+  CHECK(info.kinds[2] == "nuisance");  // systematic 0
+  CHECK(info.kinds[3] == "noi");       // systematic 1
+  CHECK(info.kinds[12] == "noi");      // systematic 10
+  CHECK(std::count(info.kinds.begin(), info.kinds.end(), "noi") == 2);
+  CHECK(info.constrained[1] == 0);
+  CHECK(info.constrained[2] == 0);
+  CHECK(info.constrained[5] == 1);
+  CHECK(info.prefit_uncertainty[2] == 0);
+  CHECK(info.prefit_uncertainty[4] == 0.5);  // systematic 2
+  CHECK(info.prefit_uncertainty[5] == 1);
+  REQUIRE(info.groups.size() == m.groups.size());
+  CHECK(info.groups[0].name == "bkg_2_norm");
+  CHECK(info.groups[0].members == std::vector<index_t>{4});
+  CHECK(info.parameters[4] == m.systematics[2].name);
+
+  test::TempDir dir;
+  io::RunInfo run;
+  run.model = info;
+  io::write_results(dir / "fit.hdf5", run, {record("data", info.parameters.size())});
+  io::write_results_json(dir / "fit.json", run, {record("data", info.parameters.size())});
+  const auto file = io::hdf5::File::open(dir / "fit.hdf5");
+  CHECK(io::hdf5::read_int64_attribute(file, "format_version") == std::vector<std::int64_t>{io::results_format_version});
+  CHECK(io::hdf5::read_strings(file, "model/parameter_kind") == info.kinds);
+  CHECK(io::hdf5::read_doubles(file, "model/prefit_uncertainty").values == info.prefit_uncertainty);
+  CHECK(io::hdf5::read_int64s(file, "model/process_signal").values[1] == 1);
+  CHECK(io::hdf5::read_int64s(file, "model/channel_bins").values == std::vector<std::int64_t>{m.channels[0].nbins, m.channels[1].nbins});
+  CHECK(io::hdf5::read_int64s(file, "model/channel_masked").values == std::vector<std::int64_t>{0, 1});
+  const auto offsets = io::hdf5::read_int64s(file, "model/group_offsets").values;
+  REQUIRE(offsets.size() == m.groups.size() + 1);
+  CHECK(io::hdf5::read_int64s(file, "model/group_members").values[static_cast<std::size_t>(offsets[0])] == 4);
+  const nlohmann::json j = nlohmann::json::parse(test::file_text(dir / "fit.json"));
+  CHECK(j["model"]["parameters"][4]["prefit_uncertainty"].get<double>() == 0.5);
+  CHECK(j["model"]["parameters"][3]["kind"] == "noi");
+  CHECK(j["model"]["parameters"][2]["constrained"] == false);
+  CHECK(j["model"]["groups"][0]["name"] == "bkg_2_norm");
+  CHECK(j["model"]["groups"][0]["members"] == nlohmann::json::array({info.parameters[4]}));
+  CHECK(j["model"]["channels"][1]["masked"] == true);
+}
+
+TEST_CASE("results: a 2D scan is written with its grid, row-major, the second parameter fastest", "[io][results]") {
+  io::FitRecord f = record("data", 3);
+  GridScan g;
+  g.parameters = {"x0", "x2"};
+  g.values = {{1, 2}, {10, 20, 30}};
+  g.dnll = {0.5, 0.25, 0.125, 4, 2, 1};  // [2 × 3]
+  g.status.assign(6, FitStatus::converged_gtol);
+  g.status[5] = FitStatus::max_iterations;
+  f.scans2d = {g};
+  test::TempDir dir;
+  io::write_results(dir / "fit.hdf5", {}, {f});
+  io::write_results_json(dir / "fit.json", {}, {f});
+  const auto file = io::hdf5::File::open(dir / "fit.hdf5");
+  CHECK(io::hdf5::read_strings(file, "data/scans2D/0/parameters") == g.parameters);
+  CHECK(io::hdf5::read_doubles(file, "data/scans2D/0/values_y").values == g.values[1]);
+  const auto dnll = io::hdf5::read_doubles(file, "data/scans2D/0/dnll");
+  CHECK(dnll.shape == std::vector<std::size_t>{2, 3});
+  CHECK(dnll.values == g.dnll);
+  CHECK(io::hdf5::read_strings(file, "data/scans2D/0/status").size() == 6);
+  const nlohmann::json j = nlohmann::json::parse(test::file_text(dir / "fit.json"));
+  const auto& s = j["fits"][0]["scans2D"][0];
+  CHECK(s["parameters"] == nlohmann::json::array({"x0", "x2"}));
+  CHECK(s["values"][1][2].get<double>() == 30);
+  REQUIRE(s["dnll"].size() == 2);
+  CHECK(s["dnll"][1][0].get<double>() == 4);
+  CHECK(s["dnll"][0][2].get<double>() == 0.125);
+  CHECK(s["status"][5] == std::string(to_string(FitStatus::max_iterations)));
 }

@@ -3,6 +3,7 @@
 // plain HDF5 and as a JSON summary; the layout is documented in docs/results-format.md.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -15,9 +16,11 @@
 #include "fitlib/io/hdf5.hpp"
 #include "fitlib/io/output_file.hpp"
 #include "fitlib/minimize/fit.hpp"
+#include "fitlib/model/model.hpp"
 #include "fitlib/postfit/gof.hpp"
 #include "fitlib/postfit/impacts.hpp"
 #include "fitlib/postfit/scan.hpp"
+#include "fitlib/replica/batch_scans.hpp"
 #include "fitlib/replica/pseudo_data.hpp"
 #include "fitlib/replica/replica_batch.hpp"
 #include "fitlib/version.hpp"
@@ -25,7 +28,7 @@
 namespace fitlib::io {
 
 /// Version of the results layout (docs/results-format.md); bumped when a reader would need to change.
-inline constexpr std::int64_t results_format_version = 2;
+inline constexpr std::int64_t results_format_version = 3;
 
 /// One fit of a run and what was computed after it.
 struct FitRecord {
@@ -35,6 +38,7 @@ struct FitRecord {
   std::optional<SaturatedGof> gof;
   std::optional<Impacts> impacts, global_impacts;
   std::vector<Scan> scans;
+  std::vector<GridScan> scans2d;          ///< two-parameter scans (fitlib-fit --scan2D)
   std::vector<double> bin_by_bin;         ///< β̂ `[nbins × bin_by_bin_per_bin]`, or empty
   index_t bin_by_bin_per_bin = 0;
   std::vector<std::string> blinded;       ///< parameters reported in blinded coordinates
@@ -66,6 +70,46 @@ struct ToySummary {
   double toys_per_second() const { return seconds > 0 ? static_cast<double>(toys) / seconds : std::numeric_limits<double>::quiet_NaN(); }
 };
 
+/// What a plot needs of the model besides the fits, so that a pulls, impacts or yields plot needs no input tensor
+/// (docs/results-format.md, `model`): its channels, processes and parameters, each parameter's kind and prefit
+/// uncertainty, and the systematic groups.
+struct ModelInfo {
+  std::vector<Channel> channels;
+  std::vector<Process> processes;
+  std::vector<std::string> parameters;     ///< the fit's parameters: `[POIs | systematics]`
+  std::vector<std::string> kinds;          ///< per parameter: "poi", "noi" (a nuisance of interest) or "nuisance"
+  std::vector<std::uint8_t> constrained;   ///< per parameter: 1 for a nuisance with a Gaussian constraint (weight > 0)
+  /// Per parameter, the prefit uncertainty 1/√w of a constrained nuisance (the width pulls are measured in);
+  /// 0 for the POIs (a POI prior included) and the unconstrained nuisances, as rabbit's default
+  /// --prefitUnconstrainedNuisanceUncertainty.
+  std::vector<double> prefit_uncertainty;
+  std::vector<SystematicGroup> groups;     ///< members as indices into `parameters` (not into the systematics)
+
+  static ModelInfo of(const Model& m) {
+    ModelInfo info;
+    info.channels = m.channels;
+    info.processes = m.processes;
+    info.parameters = m.parameter_names();
+    const index_t npoi = m.npoi();
+    info.kinds.assign(static_cast<std::size_t>(npoi), "poi");
+    info.constrained.assign(static_cast<std::size_t>(npoi), 0);
+    info.prefit_uncertainty.assign(static_cast<std::size_t>(npoi), 0.0);
+    for (index_t s = 0; s < m.nsyst(); ++s) {
+      const double w = m.constraint_weights[static_cast<std::size_t>(s)];
+      const bool noi = std::find(m.nois.begin(), m.nois.end(), s) != m.nois.end();
+      info.kinds.emplace_back(noi ? "noi" : "nuisance");
+      info.constrained.push_back(w > 0 ? 1 : 0);
+      info.prefit_uncertainty.push_back(w > 0 ? 1 / std::sqrt(w) : 0.0);
+    }
+    for (const SystematicGroup& g : m.groups) {
+      SystematicGroup pg{g.name, {}};
+      for (index_t s : g.members) pg.members.push_back(npoi + s);
+      info.groups.push_back(std::move(pg));
+    }
+    return info;
+  }
+};
+
 /// What describes the whole run.
 struct RunInfo {
   std::string input_path, input_sha256, command_line;
@@ -73,6 +117,8 @@ struct RunInfo {
   /// string: readers that hold JSON numbers as doubles (jq, JavaScript, ...) would round it. A value that can be
   /// that large (fitlib-fit's seed) is best given as a string always, so that its type does not depend on it.
   nlohmann::json options = nlohmann::json::object();
+  /// The model fitted; written when set.
+  std::optional<ModelInfo> model;
 };
 
 namespace detail {
@@ -203,6 +249,61 @@ inline nlohmann::json toys_json(const ToySummary& t) {
 
 namespace detail {
 
+inline void write_model(const hdf5::File& file, const ModelInfo& m) {
+  const hdf5::Location g = hdf5::create_group(file, "model");
+  std::vector<std::string> channels, processes;
+  std::vector<std::int64_t> channel_bins, channel_masked, signal, group_members, group_offsets{0};
+  for (const Channel& c : m.channels) {
+    channels.push_back(c.name);
+    channel_bins.push_back(c.nbins);
+    channel_masked.push_back(c.masked ? 1 : 0);
+  }
+  for (const Process& p : m.processes) {
+    processes.push_back(p.name);
+    signal.push_back(p.signal ? 1 : 0);
+  }
+  std::vector<std::string> group_names;
+  for (const SystematicGroup& sg : m.groups) {
+    group_names.push_back(sg.name);
+    group_members.insert(group_members.end(), sg.members.begin(), sg.members.end());
+    group_offsets.push_back(static_cast<std::int64_t>(group_members.size()));
+  }
+  const std::vector<std::int64_t> constrained(m.constrained.begin(), m.constrained.end());
+  hdf5::write_strings(g, "channels", channels);
+  hdf5::write(g, "channel_bins", std::span<const std::int64_t>(channel_bins));
+  hdf5::write(g, "channel_masked", std::span<const std::int64_t>(channel_masked));
+  hdf5::write_strings(g, "processes", processes);
+  hdf5::write(g, "process_signal", std::span<const std::int64_t>(signal));
+  hdf5::write_strings(g, "parameters", m.parameters);
+  hdf5::write_strings(g, "parameter_kind", m.kinds);
+  hdf5::write(g, "parameter_constrained", std::span<const std::int64_t>(constrained));
+  hdf5::write(g, "prefit_uncertainty", std::span<const double>(m.prefit_uncertainty));
+  hdf5::write_strings(g, "groups", group_names);
+  hdf5::write(g, "group_members", std::span<const std::int64_t>(group_members));
+  hdf5::write(g, "group_offsets", std::span<const std::int64_t>(group_offsets));
+}
+
+inline nlohmann::json model_json(const ModelInfo& m) {
+  nlohmann::json j;
+  j["channels"] = nlohmann::json::array();
+  for (const Channel& c : m.channels) j["channels"].push_back({{"name", c.name}, {"bins", c.nbins}, {"masked", c.masked}});
+  j["processes"] = nlohmann::json::array();
+  for (const Process& p : m.processes) j["processes"].push_back({{"name", p.name}, {"signal", p.signal}});
+  j["parameters"] = nlohmann::json::array();
+  for (std::size_t i = 0; i < m.parameters.size(); ++i)
+    j["parameters"].push_back({{"name", m.parameters[i]},
+                               {"kind", m.kinds[i]},
+                               {"constrained", m.constrained[i] != 0},
+                               {"prefit_uncertainty", m.prefit_uncertainty[i]}});
+  j["groups"] = nlohmann::json::array();
+  for (const SystematicGroup& sg : m.groups) {
+    nlohmann::json members = nlohmann::json::array();
+    for (index_t k : sg.members) members.push_back(m.parameters[static_cast<std::size_t>(k)]);
+    j["groups"].push_back({{"name", sg.name}, {"members", std::move(members)}});
+  }
+  return j;
+}
+
 inline void write_run(const hdf5::File& file, const RunInfo& run, const std::vector<FitRecord>& fits, const std::optional<ToySummary>& toys) {
   hdf5::write_attribute(file, "fitlib_version", std::string(FITLIB_VERSION_STRING));
   hdf5::write_attribute(file, "format_version", results_format_version);
@@ -210,6 +311,7 @@ inline void write_run(const hdf5::File& file, const RunInfo& run, const std::vec
   hdf5::write_attribute(file, "input_sha256", run.input_sha256);
   hdf5::write_attribute(file, "command_line", run.command_line);
   hdf5::write_attribute(file, "options", detail::exact_integers(run.options).dump());
+  if (run.model) write_model(file, *run.model);
   std::vector<std::string> names;
   for (const FitRecord& f : fits) names.push_back(f.name);
   hdf5::write_strings(file, "fits", names);
@@ -258,6 +360,15 @@ inline void write_run(const hdf5::File& file, const RunInfo& run, const std::vec
       hdf5::write(sg, "dnll", std::span<const double>(s.dnll));
       hdf5::write_strings(sg, "status", status_names(s.status));
     }
+    for (std::size_t k = 0; k < f.scans2d.size(); ++k) {
+      const GridScan& s = f.scans2d[k];
+      const hdf5::Location sg = hdf5::create_group(g, "scans2D/" + std::to_string(k));
+      hdf5::write_strings(sg, "parameters", s.parameters);
+      hdf5::write(sg, "values_x", std::span<const double>(s.values[0]));
+      hdf5::write(sg, "values_y", std::span<const double>(s.values[1]));
+      hdf5::write(sg, "dnll", std::span<const double>(s.dnll), {s.values[0].size(), s.values[1].size()});
+      hdf5::write_strings(sg, "status", status_names(s.status));
+    }
   }
   if (toys) write_toys(file, *toys);
 }
@@ -293,6 +404,7 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
   j["input"] = {{"path", run.input_path}, {"sha256", run.input_sha256}};
   j["command_line"] = run.command_line;
   j["options"] = detail::exact_integers(run.options);
+  if (run.model) j["model"] = detail::model_json(*run.model);
   j["fits"] = nlohmann::json::array();
   for (const FitRecord& f : fits) {
     const FitResult& r = f.result;
@@ -322,6 +434,17 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
     if (f.global_impacts) fj["global_impacts"] = detail::impacts_json(*f.global_impacts);
     for (const Scan& s : f.scans)
       fj["scans"][s.parameter] = {{"values", detail::finite_or_null(s.values)}, {"dnll", detail::finite_or_null(s.dnll)}, {"status", detail::status_names(s.status)}};
+    for (const GridScan& s : f.scans2d) {
+      nlohmann::json rows = nlohmann::json::array();
+      const std::size_t ny = s.values[1].size();
+      for (std::size_t a = 0; a < s.values[0].size(); ++a)
+        rows.push_back(detail::finite_or_null(std::vector<double>(s.dnll.begin() + static_cast<std::ptrdiff_t>(a * ny),
+                                                                  s.dnll.begin() + static_cast<std::ptrdiff_t>((a + 1) * ny))));
+      fj["scans2D"].push_back({{"parameters", s.parameters},
+                               {"values", {detail::finite_or_null(s.values[0]), detail::finite_or_null(s.values[1])}},
+                               {"dnll", std::move(rows)},
+                               {"status", detail::status_names(s.status)}});
+    }
     fj["timing"] = {{"minimize_seconds", f.minimize_seconds}, {"postfit_seconds", f.postfit_seconds}, {"total_seconds", f.total_seconds}};
     j["fits"].push_back(fj);
   }
