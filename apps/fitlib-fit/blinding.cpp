@@ -87,6 +87,12 @@ void blind(io::FitRecord& f, const Blinding& b) {
       const auto i = static_cast<std::size_t>(r.index(g.parameters[k]));
       for (double& v : g.values[k]) v = b.scale[i] * v + b.shift[i];
     }
+  // The postfit yields would show the blinded POIs and NOIs: only the prefit ones and the data stay.
+  if (f.histograms) {
+    f.histograms->postfit.clear();
+    f.histograms->postfit_total.clear();
+    f.histograms->postfit_variance.clear();
+  }
   f.blinded = b.names;
 }
 

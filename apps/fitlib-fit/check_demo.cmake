@@ -64,6 +64,29 @@ if(NOT n2d EQUAL 2 OR NOT reported STREQUAL grid_centre OR NOT swapped STREQUAL 
                       "${reported}, second scan of '${swapped}' first")
 endif()
 
+# Histograms (no bin-by-bin statistics yet): every bin, masked ones included, with positive variances; blinded, the
+# prefit ones only.
+set(nbins_full 0)
+string(JSON nchannels LENGTH "${json}" model channels)
+math(EXPR last "${nchannels} - 1")
+foreach(c RANGE ${last})
+  string(JSON cb GET "${json}" model channels ${c} bins)
+  math(EXPR nbins_full "${nbins_full} + ${cb}")
+endforeach()
+run_fit(hists -t 0 --unblind --saveHists --noBinByBinStat)
+string(JSON npost LENGTH "${json}" fits 0 histograms postfit_total)
+string(JSON var0 GET "${json}" fits 0 histograms postfit_variance 0)
+string(JSON npre LENGTH "${json}" fits 0 histograms prefit_variance)
+if(NOT npost EQUAL nbins_full OR NOT npre EQUAL nbins_full OR NOT var0 GREATER 0)
+  message(FATAL_ERROR "--saveHists: ${npost} postfit and ${npre} prefit bins of ${nbins_full}, first postfit variance ${var0}")
+endif()
+run_fit(hists_blinded -t 0 --saveHists --noBinByBinStat)
+string(JSON post ERROR_VARIABLE absent GET "${json}" fits 0 histograms postfit_total)
+string(JSON npre LENGTH "${json}" fits 0 histograms prefit_total)
+if(NOT absent OR NOT npre EQUAL nbins_full)
+  message(FATAL_ERROR "--saveHists on a blinded data fit: the postfit yields should be withheld, the prefit ones kept")
+endif()
+
 # Unblinded, the data fit reports the same fit in the physical coordinates; a bare --scan scans every parameter,
 # and --scan2D the grid of two, its centre the best fit.
 run_fit(unblinded -t 0 --unblind --scan --scanPoints 3 --scan2D signal ${second})

@@ -112,6 +112,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
   app.add_flag("--globalImpacts", a.global_impacts, "global impacts (shifted global observables) on POIs and NOIs");
   app.add_flag("--noHessian", a.no_hessian, "no covariance (and no impacts or scans)");
   auto* scan = app.add_option("--scan", a.scan, "profile-likelihood scans of these parameters (none: every free parameter, as rabbit)")->expected(0, -1);
+  app.add_flag("--saveHists", a.save_hists,
+               "prefit and postfit yields of every bin, per process and summed, with their variances (rabbit's --saveHists "
+               "--saveHistsPerProcess --computeHistErrors); not yet with bin-by-bin statistics");
   app.add_option("--scan2D", a.scan2d, "A B: a profile-likelihood scan over the grid of two parameters, its points fitted as a batch of replicas (repeatable)");
   app.add_option("--scanPoints", a.scan_points, "points per scan (per parameter of a 2D scan)")->capture_default_str();
   app.add_option("--scanRange", a.scan_range, "scan half-width in postfit σ")->capture_default_str();
@@ -136,8 +139,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
 }
 
 void check_arguments(Args& a) {
-  if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan || !a.scan2d.empty()))
-    throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts, --scan or --scan2D; drop one of them");
+  if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan || !a.scan2d.empty() || a.save_hists))
+    throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts, --scan, --scan2D or --saveHists; drop one of them");
   for (const auto& [x, y] : a.scan2d)
     if (x == y) throw usage_error("--scan2D needs two different parameters, got '" + x + "' twice");
   // A scan asked for twice is run once.
@@ -317,6 +320,7 @@ nlohmann::json options_json(const Args& a) {
           {"globalImpacts", a.global_impacts},
           {"scan", a.do_scan ? nlohmann::json(a.scan) : nlohmann::json(nullptr)},
           {"scan2D", a.scan2d},
+          {"saveHists", a.save_hists},
           {"unblind", a.unblind_all ? nlohmann::json("all") : nlohmann::json(a.unblind)},
           {"threads", a.threads},
           {"ranks", a.ranks}};

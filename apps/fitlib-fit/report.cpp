@@ -50,6 +50,9 @@ void print_summary(const Model& m, const io::FitRecord& f, const LikelihoodOptio
   }
   if (f.gof) std::printf("   saturated GoF: chi2 %.4f, ndf %td, p-value %.4g\n", f.gof->chi2, f.gof->ndf, f.gof->p_value);
   for (const Scan& s : f.scans) std::printf("   scan of %s: %zu points, ΔNLL at the ends %.4g and %.4g\n", s.parameter.c_str(), s.values.size(), s.dnll.front(), s.dnll.back());
+  if (f.histograms)
+    std::printf("   histograms: %td bins × %td processes%s\n", f.histograms->nbins, f.histograms->nprocs,
+                f.histograms->postfit.empty() ? ", prefit only (blinded)" : ", prefit and postfit");
   for (const GridScan& g : f.scans2d) {
     const auto n = std::count_if(g.status.begin(), g.status.end(), [](FitStatus st) { return converged(st); });
     std::printf("   2D scan of %s and %s: %zu × %zu points, %td converged\n", g.parameters[0].c_str(), g.parameters[1].c_str(), g.values[0].size(),

@@ -31,6 +31,7 @@
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/postfit/covariance.hpp"
 #include "fitlib/postfit/gof.hpp"
+#include "fitlib/postfit/histograms.hpp"
 #include "fitlib/postfit/impacts.hpp"
 #include "fitlib/postfit/scan.hpp"
 #include "fitlib/postfit/signal_strength.hpp"

@@ -18,6 +18,7 @@
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/model/model.hpp"
 #include "fitlib/postfit/gof.hpp"
+#include "fitlib/postfit/histograms.hpp"
 #include "fitlib/postfit/impacts.hpp"
 #include "fitlib/postfit/scan.hpp"
 #include "fitlib/replica/batch_scans.hpp"
@@ -39,6 +40,7 @@ struct FitRecord {
   std::optional<Impacts> impacts, global_impacts;
   std::vector<Scan> scans;
   std::vector<GridScan> scans2d;          ///< two-parameter scans (fitlib-fit --scan2D)
+  std::optional<Histograms> histograms;   ///< prefit and postfit yields (fitlib-fit --saveHists); postfit ones empty when blinded
   std::vector<double> bin_by_bin;         ///< β̂ `[nbins × bin_by_bin_per_bin]`, or empty
   index_t bin_by_bin_per_bin = 0;
   std::vector<std::string> blinded;       ///< parameters reported in blinded coordinates
@@ -283,6 +285,32 @@ inline void write_model(const hdf5::File& file, const ModelInfo& m) {
   hdf5::write(g, "group_offsets", std::span<const std::int64_t>(group_offsets));
 }
 
+inline void write_histograms(const hdf5::Location& fit, const Histograms& h) {
+  const hdf5::Location g = hdf5::create_group(fit, "histograms");
+  const auto nb = static_cast<std::size_t>(h.nbins), np = static_cast<std::size_t>(h.nprocs);
+  hdf5::write(g, "data", std::span<const double>(h.data));
+  hdf5::write(g, "data_variance", std::span<const double>(h.data_variance));
+  hdf5::write(g, "prefit", std::span<const double>(h.prefit), {nb, np});
+  hdf5::write(g, "prefit_total", std::span<const double>(h.prefit_total));
+  hdf5::write(g, "prefit_variance", std::span<const double>(h.prefit_variance));
+  if (h.postfit.empty()) return;  // blinded
+  hdf5::write(g, "postfit", std::span<const double>(h.postfit), {nb, np});
+  hdf5::write(g, "postfit_total", std::span<const double>(h.postfit_total));
+  hdf5::write(g, "postfit_variance", std::span<const double>(h.postfit_variance));
+}
+
+inline nlohmann::json histograms_json(const Histograms& h) {
+  nlohmann::json j = {{"data", finite_or_null(h.data)},
+                      {"data_variance", finite_or_null(h.data_variance)},
+                      {"prefit_total", finite_or_null(h.prefit_total)},
+                      {"prefit_variance", finite_or_null(h.prefit_variance)}};
+  if (!h.postfit.empty()) {
+    j["postfit_total"] = finite_or_null(h.postfit_total);
+    j["postfit_variance"] = finite_or_null(h.postfit_variance);
+  }
+  return j;
+}
+
 inline nlohmann::json model_json(const ModelInfo& m) {
   nlohmann::json j;
   j["channels"] = nlohmann::json::array();
@@ -360,6 +388,7 @@ inline void write_run(const hdf5::File& file, const RunInfo& run, const std::vec
       hdf5::write(sg, "dnll", std::span<const double>(s.dnll));
       hdf5::write_strings(sg, "status", status_names(s.status));
     }
+    if (f.histograms) write_histograms(g, *f.histograms);
     for (std::size_t k = 0; k < f.scans2d.size(); ++k) {
       const GridScan& s = f.scans2d[k];
       const hdf5::Location sg = hdf5::create_group(g, "scans2D/" + std::to_string(k));
@@ -434,6 +463,7 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
     if (f.global_impacts) fj["global_impacts"] = detail::impacts_json(*f.global_impacts);
     for (const Scan& s : f.scans)
       fj["scans"][s.parameter] = {{"values", detail::finite_or_null(s.values)}, {"dnll", detail::finite_or_null(s.dnll)}, {"status", detail::status_names(s.status)}};
+    if (f.histograms) fj["histograms"] = detail::histograms_json(*f.histograms);
     for (const GridScan& s : f.scans2d) {
       nlohmann::json rows = nlohmann::json::array();
       const std::size_t ny = s.values[1].size();

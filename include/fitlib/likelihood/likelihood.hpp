@@ -188,6 +188,10 @@ class Likelihood {
     theta0_.assign(theta0.begin(), theta0.end());
   }
   const std::vector<double>& constraint_centres() const { return theta0_; }
+  /// The observed counts of the unmasked bins (the model's, or set_data's) and their variances (the counts
+  /// themselves unless set_data or the model gave others), `[nbins]` each.
+  const std::vector<double>& data() const { return counts_; }
+  const std::vector<double>& data_variances() const { return variances_; }
 
   // ---- replicas: per-column inputs for batched evaluations ----------------------------------
 
@@ -343,6 +347,29 @@ class Likelihood {
       s.yields(xv, 0, std::span(mine).subspan(static_cast<std::size_t>((r.begin - b0) * P), static_cast<std::size_t>(r.size() * P)));
     }
     return shards_.exchange().gather_bins(mine, P, model_->nbins_full());
+  }
+
+  /// The summed yields o_b = Σ_p ν_bp (before any bin-by-bin β) of the bins `bins` at x, `o` (`[bins.size()]`), and
+  /// their derivatives along each column of `v` (`[n × k]`), `dobs` (`[bins.size() × k]`), from one forward pass
+  /// over those bins' templates; bins are numbered as in `yields`, masked ones included. In one process only: over
+  /// MPI ranks no rank holds every bin's templates.
+  void observables(std::span<const double> x, ConstBlockView<double> v, BinRange bins, std::span<double> o, BlockView<double> dobs) {
+    if (distributed())
+      throw usage_error("the yields' derivatives read the templates of bins that other MPI ranks hold; compute them in one process "
+                        "(cpu::Threads splits the bins over threads)");
+    if (bins.begin < 0 || bins.end > model_->nbins_full() || bins.begin >= bins.end)
+      throw usage_error("observables of bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "), outside the model's " +
+                        std::to_string(model_->nbins_full()) + " bins");
+    const index_t k = v.empty() ? 0 : v.cols;
+    if (k > 0) require(v.rows == nparams_, "direction block", nparams_, k, v);
+    if (static_cast<index_t>(o.size()) != bins.size() || (k > 0 && (dobs.rows != bins.size() || dobs.cols != k)))
+      throw usage_error("observables of " + std::to_string(bins.size()) + " bins along " + std::to_string(k) + " directions need outputs of " +
+                        std::to_string(bins.size()) + " and " + std::to_string(bins.size()) + " × " + std::to_string(k) + " entries");
+    Eigen::MatrixXd om(bins.size(), 1), dm(bins.size(), k);
+    shards_.observables(bins, column(x), v, om, k > 0 ? &dm : nullptr);
+    std::copy(om.data(), om.data() + om.size(), o.begin());
+    for (index_t j = 0; j < k; ++j)
+      for (index_t b = 0; b < bins.size(); ++b) dobs(b, j) = dm(b, j);
   }
 
   /// Bin-by-bin parameters per data bin: 1 (lite) or nprocs (full); 0 without bin-by-bin statistics.
