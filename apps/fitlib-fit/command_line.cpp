@@ -165,6 +165,9 @@ void check_arguments(Args& a) {
       io::check_output_path(json_path(a), "the JSON summary (--json)", {a.input});
     }
   }
+  if (a.ranks > 1 && a.save_hists)
+    throw usage_error("--saveHists propagates through every bin's templates, which no MPI rank holds alone; run fitlib-fit without "
+                      "mpirun (--threads splits the bins over threads)");
   if (a.ranks > 1 && a.covariance)
     throw usage_error("--covarianceFit couples every bin through the inverse data covariance, which no MPI rank holds alone; run "
                       "fitlib-fit without mpirun (--threads splits the bins over threads), or use --chisqFit or the Poisson term");

@@ -406,9 +406,7 @@ Fits run_all(const Args& a, std::shared_ptr<const Model> model, const std::vecto
     // Names are checked before any fit runs, so a typo never costs a fit.
     for (const auto& p : a.scan) (void)lik.parameter_index(p);
     for (const auto& [x, y] : a.scan2d) (void)lik.parameter_index(x), (void)lik.parameter_index(y);
-    if (a.save_hists && lik.bin_by_bin_per_bin() > 0)
-      throw usage_error("--saveHists: the histograms with bin-by-bin statistics need β̂ in the postfit yields and their variances, which "
-                        "fitlib does not compute yet; add --noBinByBinStat");
+    if (a.save_hists) require_histograms(lik);
     (void)frozen_mask(lik.parameter_names(), a.freeze);
     return run_with_method(lik, a, in);
   };

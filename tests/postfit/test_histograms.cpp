@@ -2,24 +2,27 @@
 // Prefit and postfit histograms against direct evaluations and finite-difference Jacobians.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "fitlib/fit.hpp"
 #include "fitlib/postfit/histograms.hpp"
+#include "policies.hpp"
 #include "random_model.hpp"
 
 using namespace fitlib;
 
 namespace {
 
-/// A model with a masked channel, asymmetric log-normal systematics (one unconstrained) and no template variances.
-Model histogram_model() {
+/// A model with a masked channel, asymmetric log-normal systematics (one unconstrained) and no template variances;
+/// `nsyst` = 140 makes three blocks of directions (64, 64 and a partial one).
+Model histogram_model(index_t nsyst = 6) {
   test::RandomModelSpec sp;
   sp.bins = 14;
   sp.masked_bins = 5;
   sp.procs = 3;
   sp.signals = 1;
-  sp.nsyst = 6;
+  sp.nsyst = nsyst;
   sp.unconstrained = 1;
   sp.seed = 23;
   Model m = test::random_model(sp);
@@ -61,6 +64,8 @@ void check_histograms(Lik& lik, const FitResult& r) {
   REQUIRE(h.nprocs == m.nprocs());
   CHECK(h.prefit == lik.yields(lik.default_parameters()));
   CHECK(h.postfit == lik.yields(r.x));
+  CHECK(h.data == m.data);
+  CHECK(h.data_variance == m.data);  // Poisson: the counts
   for (index_t b = 0; b < h.nbins; ++b) {
     double pre = 0, post = 0;
     for (index_t p = 0; p < h.nprocs; ++p) {
@@ -94,6 +99,15 @@ LikelihoodOptions without_bin_by_bin() {
 
 }  // namespace
 
+TEMPLATE_TEST_CASE("histograms: every policy, three blocks of directions, variances as J·C·Jᵀ with a finite-difference J",
+                   "[postfit][histograms]", FITLIB_TEST_POLICIES) {
+  auto lik = test::likelihood_of<TestType>(histogram_model(140), 3, without_bin_by_bin());
+  const FitResult r = fit(lik, TrustRegion<Exact>{});
+  REQUIRE(r.converged());
+  REQUIRE(r.covariance_status == CovarianceStatus::accurate);
+  check_histograms(lik, r);
+}
+
 TEST_CASE("histograms: yields per process and summed, variances as J·C·Jᵀ with a finite-difference J", "[postfit][histograms]") {
   const Model m = histogram_model();
   SerialLikelihood lik(m, {}, without_bin_by_bin());
@@ -119,7 +133,7 @@ TEST_CASE("histograms: yields per process and summed, variances as J·C·Jᵀ wi
     FitResult bad = r;
     bad.covariance_status = CovarianceStatus::failed;
     const Histograms h = histograms(lik, bad);
-    CHECK(std::isnan(h.postfit_variance[0]));
+    CHECK(std::all_of(h.postfit_variance.begin(), h.postfit_variance.end(), [](double v) { return std::isnan(v); }));
     CHECK(h.postfit == lik.yields(r.x));
   }
 }
@@ -135,7 +149,6 @@ TEST_CASE("histograms: refused with bin-by-bin statistics, and without the fit's
   SerialLikelihood plain(histogram_model(), {}, without_bin_by_bin());
   FitOptions fo;
   fo.covariance = false;
-  FitResult no_cov = fit(plain, TrustRegion<Exact>{}, fo);
-  no_cov.covariance.clear();
+  const FitResult no_cov = fit(plain, TrustRegion<Exact>{}, fo);
   CHECK_THROWS_WITH(histograms(plain, no_cov), Catch::Contains("FitOptions::covariance"));
 }

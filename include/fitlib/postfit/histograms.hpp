@@ -70,17 +70,25 @@ inline std::vector<double> process_sums(const std::vector<double>& nu, index_t n
 
 }  // namespace detail
 
-/// The prefit and postfit histograms of `lik` and its fit `r` (which must carry its covariance: FitOptions::covariance).
-/// Not yet with bin-by-bin statistics, whose β̂ the postfit yields and their variances would need: such a likelihood
-/// is a usage_error. In one process (Likelihood::observables).
+/// Throws unless `lik` can give histograms, saying what to change: not yet with bin-by-bin statistics, whose β̂ the
+/// postfit yields and their variances would need.
+template <class Lik>
+void require_histograms(const Lik& lik) {
+  if (lik.bin_by_bin_per_bin() > 0)
+    throw usage_error("histograms with bin-by-bin statistics need β̂ in the postfit yields and in their variances, which fitlib does not "
+                      "compute yet; fit without bin-by-bin statistics (LikelihoodOptions::bin_by_bin, fitlib-fit --noBinByBinStat)");
+}
+
+/// The prefit and postfit histograms of `lik` and its fit `r`, which must carry its Hessian and covariance
+/// (FitOptions::covariance; a usage_error otherwise, as for a likelihood require_histograms refuses). In one process
+/// (Likelihood::observables).
 template <class Lik>
 Histograms histograms(Lik& lik, const FitResult& r) {
   const Model& m = lik.model();
   const index_t n = lik.size(), bf = m.nbins_full(), np = m.nprocs();
-  if (lik.bin_by_bin_per_bin() > 0)
-    throw usage_error("histograms with bin-by-bin statistics need β̂ in the postfit yields and in their variances, which fitlib does not "
-                      "compute yet; fit without bin-by-bin statistics (LikelihoodOptions::bin_by_bin, fitlib-fit --noBinByBinStat)");
-  if (static_cast<index_t>(r.x.size()) != n || static_cast<index_t>(r.covariance.size()) != n * n)
+  require_histograms(lik);
+  if (static_cast<index_t>(r.x.size()) != n || r.covariance_status == CovarianceStatus::not_computed ||
+      static_cast<index_t>(r.hessian.size()) != n * n)
     throw usage_error("histograms need the fit of this likelihood with its covariance (" + std::to_string(n) + " parameters, FitOptions::covariance)");
   Histograms h;
   h.nbins = bf;
@@ -101,19 +109,21 @@ Histograms histograms(Lik& lik, const FitResult& r) {
 
   h.postfit = lik.yields(r.x);
   h.postfit_total = detail::process_sums(h.postfit, bf, np);
+  // C = H⁻¹ on the free parameters: with H = R·Rᵀ (the factorisation the covariance came from), L = R⁻ᵀ has L·Lᵀ = C
+  // without forming C, whose own factorisation could fail where it is ill-conditioned.
   std::vector<index_t> free;
   for (index_t i = 0; i < n; ++i)
     if (!r.frozen[static_cast<std::size_t>(i)]) free.push_back(i);
   const index_t nf = static_cast<index_t>(free.size());
-  Eigen::MatrixXd cf(nf, nf);
+  Eigen::MatrixXd hf(nf, nf);
   for (index_t c = 0; c < nf; ++c)
-    for (index_t k = 0; k < nf; ++k) cf(k, c) = r.covariance[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
-  const Eigen::LLT<Eigen::MatrixXd> llt(cf);
-  if (r.covariance_status != CovarianceStatus::accurate || llt.info() != Eigen::Success || !cf.allFinite()) {
+    for (index_t k = 0; k < nf; ++k) hf(k, c) = r.hessian[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
+  const Eigen::LLT<Eigen::MatrixXd> llt(hf);
+  if (r.covariance_status != CovarianceStatus::accurate || llt.info() != Eigen::Success || !hf.allFinite()) {
     h.postfit_variance.assign(static_cast<std::size_t>(bf), std::numeric_limits<double>::quiet_NaN());
     return h;
   }
-  const Eigen::MatrixXd lf = llt.matrixL();
+  const Eigen::MatrixXd lf = llt.matrixU().solve(Eigen::MatrixXd::Identity(nf, nf));
   Eigen::MatrixXd L = Eigen::MatrixXd::Zero(n, nf);
   for (index_t k = 0; k < nf; ++k) L.row(free[static_cast<std::size_t>(k)]) = lf.row(k);
   h.postfit_variance = detail::propagated_variance(lik, r.x, L);
