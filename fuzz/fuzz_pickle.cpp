@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // libFuzzer target: pickle::decode on arbitrary bytes must return a value or throw fitlib::io::file_error, nothing
-// else; a decoded value that pickle::encode accepts must decode back to the same tree.
+// else; a decoded value that pickle::encode accepts must decode back to the same tree; hist::axis on every object
+// in it returns an axis or throws hist::unreadable_axis, nothing else.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "fitlib/io/hist_axes.hpp"
 #include "fitlib/io/pickle.hpp"
 
 namespace {
@@ -36,6 +38,23 @@ bool same(const Value& a, const Value& b) {
          same(a.state, b.state) && same(a.appended, b.appended);
 }
 
+/// hist::axis on `v` and everything inside it: an axis (its bins within the bound) or unreadable_axis.
+void read_axes(const Value& v) {
+  if (v.kind == fitlib::io::pickle::Kind::object) {
+    try {
+      const fitlib::Axis a = fitlib::io::hist::axis(v, 1000);
+      if (a.size() < 1 || a.size() > 1000) {
+        std::fprintf(stderr, "hist::axis returned an axis of %td bins\n", a.size());
+        std::abort();
+      }
+    } catch (const fitlib::io::hist::unreadable_axis&) {
+    }
+  }
+  for (const Value& x : v.items) read_axes(x);
+  for (const auto& [k, x] : v.entries) read_axes(x);
+  for (const Value& x : v.state) read_axes(x);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -51,6 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::fprintf(stderr, "pickle::decode threw a non-standard exception\n");
     std::abort();
   }
+  read_axes(v);
   std::vector<std::uint8_t> again;
   try {
     again = fitlib::io::pickle::encode(v);

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
     const std::vector<BinRange> shards = own_shards(a);
     io::RabbitTensor in = read_input(a, ro, shards);
     if (!in.meta_skipped.empty() && a.rank == 0) std::fprintf(stderr, "fitlib-fit: note: %s\n", in_command_line_terms(in.meta_skipped).c_str());
+    if (!in.channels_skipped.empty() && a.rank == 0 && !a.quiet) std::fprintf(stderr, "fitlib-fit: note: %s\n", in.channels_skipped.c_str());
     if (!in.beta_variations.empty() && !a.no_bbb && lo.bin_by_bin.mode == BinByBinMode::full)
       throw usage_error("the tensor has hbetavariations, which fitlib does not apply yet; use --binByBinStatMode lite or --noBinByBinStat");
     if (a.use_pseudodata && in.pseudodata_names.empty()) throw usage_error("--pseudoData: the tensor has no pseudodata sets");
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fitlib-fit: read %s (%s, %td bins + %td masked, %td processes, %td systematics) in %.3f s\n", a.input.c_str(),
                    in.model.sparse() ? "sparse" : "dense", in.model.nbins(), in.model.nbins_full() - in.model.nbins(), in.model.nprocs(),
                    in.model.nsyst(), read_seconds);
+    if (!a.quiet && a.rank == 0) std::fprintf(stderr, "fitlib-fit: channels: %s\n", describe_channels(in.model.channels).c_str());
 
     auto model = std::make_shared<const Model>(std::move(in.model));
     const Fits fits = storage::visit(*model, [&]<class S>(S) { return run_all<S>(a, model, shards, ro, lo, in); });

@@ -12,6 +12,19 @@
 
 namespace fitlib::cli {
 
+std::string describe_channels(const std::vector<Channel>& channels) {
+  std::string out;
+  for (const Channel& c : channels) {
+    std::string shape;
+    const std::vector<index_t> n = c.shape();
+    for (std::size_t k = 0; k < c.axes.size(); ++k)
+      shape += (k ? " × " : "") + (c.axes[k].name.empty() ? "" : c.axes[k].name + " ") + std::to_string(n[k]);
+    if (c.axes.empty()) shape = std::to_string(c.nbins) + " bins";
+    out += (out.empty() ? "" : ", ") + c.name + " [" + shape + (c.flow ? " with flow" : "") + (c.masked ? ", masked" : "") + "]";
+  }
+  return out;
+}
+
 void print_summary(const Model& m, const io::FitRecord& f, const LikelihoodOptions& lo) {
   const FitResult& r = f.result;
   std::printf("\n== %s: %s; NLL %.10g (full %.10g), EDM %.3g, %td iterations, covariance %s\n", f.name.c_str(),

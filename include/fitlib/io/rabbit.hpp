@@ -56,6 +56,10 @@ struct RabbitTensor {
   std::string sha256;                    ///< SHA-256 of the file's bytes (hex); empty when read from an open file
   std::optional<RabbitMeta> meta;        ///< the `meta` group, decoded; absent if the file has none or it was skipped
   std::string meta_skipped;              ///< why an undecodable `meta` was skipped (RabbitReadOptions::systematic_type set); else empty
+  /// Why the channels are not the ones the `meta` pickle's channel_info describes (no `meta`, no channel_info, an
+  /// axis class fitlib cannot read, channels that do not add up to the tensor's bins): then the bins form one
+  /// channel "ch0" and the masked ones "ch1_masked", as in rabbit without `meta`. Empty when they are the meta's.
+  std::string channels_skipped;
 };
 
 /// Reads a rabbit input tensor from an open file (`sha256` stays empty). Throws `file_error` (or `model_error`)
@@ -77,8 +81,8 @@ std::vector<BinRange> rabbit_partition(const std::string& path, index_t count);
 /// Reads a rabbit input tensor (rabbit-likelihood-and-format.md §1) into a validated model: dense (hnorm/hlogk) or
 /// sparse (hnorm_sparse/hlogk_sparse), symmetric or asymmetric, with data, template variances, constraint weights,
 /// groups, NOIs and external terms; the systematic type and tensor symmetry from rabbit's `meta` pickle (decoded,
-/// nothing executed; RabbitReadOptions::systematic_type). Its channels are not used yet: the bins form one channel
-/// "ch0" of the unmasked bins and "ch1_masked" of the rest, as rabbit does without `meta`. Records the file's SHA-256, which streams
+/// nothing executed; RabbitReadOptions::systematic_type), and the channels from its channel_info: names, masked
+/// flags and hist axes (RabbitTensor::channels_skipped says why when they cannot be). Records the file's SHA-256, which streams
 /// every byte of the file even when `opts.bins` reads part of the tensor (read from an open file to skip it).
 /// `file_opts` bound what the reading may allocate (hdf5::FileOptions: the read limit, the compression ratio).
 RabbitTensor read_rabbit(const std::string& path, const RabbitReadOptions& opts = {}, const hdf5::FileOptions& file_opts = {});

@@ -24,6 +24,7 @@
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/partition.hpp"
 #include "fitlib/io/hdf5.hpp"
+#include "fitlib/io/hist_axes.hpp"
 #include "fitlib/io/pickle.hpp"
 #include "fitlib/io/rabbit.hpp"
 #include "fitlib/io/sha256.hpp"
@@ -718,6 +719,7 @@ class Reader {
     const std::optional<SystematicType> asked = opt_.systematic_type;
     Model& m = out.model;
     m.systematic_type = asked.value_or(SystematicType::log_normal);
+    out.channels_skipped = default_channels_note("the tensor has no meta group (an older writer)");
     if (!has("meta")) return;
     RabbitMeta meta;
     bool missing_filter = false;
@@ -733,6 +735,7 @@ class Reader {
                          " --systematicType log_normal|normal (RabbitReadOptions::systematic_type) to read the tensor without it");
       out.meta_skipped = std::string("skipped the meta group, which cannot be decoded (") + e.what() + "); systematic_type " + type_name(*asked) +
                          " as RabbitReadOptions::systematic_type sets it";
+      out.channels_skipped = default_channels_note("the meta group was skipped");
       return;
     }
     const std::string ds = "meta/pickle_data";
@@ -756,6 +759,64 @@ class Reader {
                      "; the file is inconsistent");
     }
     out.meta = std::move(meta);
+    read_channels(out);
+  }
+
+  /// What RabbitTensor::channels_skipped says when the channels are not the meta's: why, and what they are instead.
+  std::string default_channels_note(const std::string& why) const {
+    return why + ", so the channels are not known: the bins form one channel 'ch0'" + (nbf_ > nb_ ? " and the masked ones 'ch1_masked'" : "") +
+           ", as in rabbit";
+  }
+
+  /// The channels of meta's channel_info (§1.7), in its order, each with its hist axes, replacing the default ones
+  /// when they describe the tensor's bins: unmasked channels first, B bins in all, then Bf − B masked ones. Anything
+  /// that cannot be used leaves the default channels, and RabbitTensor::channels_skipped says why.
+  void read_channels(RabbitTensor& out) const {
+    using pickle::Kind;
+    const pickle::Value* info = out.meta->pickle.find("channel_info");
+    std::vector<Channel> channels;
+    std::set<std::string> names;
+    std::size_t unmasked = 0, masked = 0;
+    try {
+      if (info == nullptr) throw hist::unreadable_axis("the meta has no channel_info");
+      if (info->kind != Kind::dict) throw hist::unreadable_axis(std::string("the meta's channel_info is a ") + pickle::kind_name(info->kind) + ", not a dict");
+      for (const auto& [key, value] : info->entries) {
+        if (key.kind != Kind::string) throw hist::unreadable_axis(std::string("channel_info has a key that is a ") + pickle::kind_name(key.kind));
+        const std::string at = "channel_info['" + key.text + "']";
+        if (!names.insert(key.text).second) throw hist::unreadable_axis(at + " is set twice");
+        if (value.kind != Kind::dict) throw hist::unreadable_axis(at + " is a " + pickle::kind_name(value.kind) + ", not a dict");
+        const auto flag = [&](const char* name) {
+          const pickle::Value* f = value.find(name);
+          if (f != nullptr && f->kind != Kind::boolean) throw hist::unreadable_axis(at + "['" + name + "'] is a " + pickle::kind_name(f->kind) + ", not a bool");
+          return f != nullptr && f->boolean;
+        };
+        Channel c{key.text, 1, flag("masked")};
+        c.flow = flag("flow");
+        const pickle::Value* axes = value.find("axes");
+        if (axes == nullptr || (axes->kind != Kind::list && axes->kind != Kind::tuple) || axes->items.empty())
+          throw hist::unreadable_axis(at + " has no list of axes");
+        for (std::size_t k = 0; k < axes->items.size(); ++k) {
+          try {
+            c.axes.push_back(hist::axis(axes->items[k], static_cast<index_t>(nbf_)));
+          } catch (const hist::unreadable_axis& e) {
+            throw hist::unreadable_axis(at + "'s axis " + std::to_string(k) + " is " + e.what());
+          }
+          const index_t n = c.shape().back();
+          c.nbins = c.nbins <= static_cast<index_t>(nbf_) / n ? c.nbins * n : static_cast<index_t>(nbf_) + 1;  // saturates past Bf
+        }
+        if (!c.masked && masked > 0) throw hist::unreadable_axis("unmasked channel '" + c.name + "' follows a masked one in channel_info");
+        (c.masked ? masked : unmasked) += static_cast<std::size_t>(c.nbins);
+        channels.push_back(std::move(c));
+      }
+      if (unmasked != nb_ || masked != nbf_ - nb_)
+        throw hist::unreadable_axis("channel_info's channels hold " + std::to_string(unmasked) + " unmasked and " + std::to_string(masked) +
+                                    " masked bins, but the tensor has " + std::to_string(nb_) + " and " + std::to_string(nbf_ - nb_));
+    } catch (const hist::unreadable_axis& e) {
+      out.channels_skipped = default_channels_note(std::string(e.what()) + " (meta/pickle_data)");
+      return;
+    }
+    out.model.channels = std::move(channels);
+    out.channels_skipped.clear();
   }
 
   /// Symmetrises M (rabbit's ½xᵀMx depends only on (M + Mᵀ)/2), leaving a symmetric M bitwise unchanged.

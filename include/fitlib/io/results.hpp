@@ -29,7 +29,7 @@
 namespace fitlib::io {
 
 /// Version of the results layout (docs/results-format.md); bumped when a reader would need to change.
-inline constexpr std::int64_t results_format_version = 3;
+inline constexpr std::int64_t results_format_version = 4;
 
 /// One fit of a run and what was computed after it.
 struct FitRecord {
@@ -254,11 +254,28 @@ namespace detail {
 inline void write_model(const hdf5::File& file, const ModelInfo& m) {
   const hdf5::Location g = hdf5::create_group(file, "model");
   std::vector<std::string> channels, processes;
-  std::vector<std::int64_t> channel_bins, channel_masked, signal, group_members, group_offsets{0};
+  std::vector<std::int64_t> channel_bins, channel_start, channel_masked, channel_flow, signal, group_members, group_offsets{0};
+  const hdf5::Location axes = hdf5::create_group(g, "channel_axes");
   for (const Channel& c : m.channels) {
+    channel_start.push_back(channel_start.empty() ? 0 : channel_start.back() + channel_bins.back());
     channels.push_back(c.name);
     channel_bins.push_back(c.nbins);
     channel_masked.push_back(c.masked ? 1 : 0);
+    channel_flow.push_back(c.flow ? 1 : 0);
+    // one group per channel (by its index, names may hold any character), one dataset per axis: its edges or
+    // categories, the rest as attributes
+    const hdf5::Location ca = hdf5::create_group(axes, std::to_string(channels.size() - 1));
+    for (std::size_t k = 0; k < c.axes.size(); ++k) {
+      const Axis& a = c.axes[k];
+      const hdf5::Location d = a.categories.empty() ? hdf5::write(ca, std::to_string(k), std::span<const double>(a.edges))
+                                                    : hdf5::write_strings(ca, std::to_string(k), a.categories);
+      hdf5::write_attribute(d, "kind", std::string(a.kind_name()));
+      hdf5::write_attribute(d, "name", a.name);
+      hdf5::write_attribute(d, "label", a.label);
+      hdf5::write_attribute(d, "transform", a.transform);
+      for (const auto& [flag, on] : {std::pair{"underflow", a.underflow}, {"overflow", a.overflow}, {"circular", a.circular}, {"growth", a.growth}})
+        hdf5::write_attribute(d, flag, std::int64_t{on ? 1 : 0});
+    }
   }
   for (const Process& p : m.processes) {
     processes.push_back(p.name);
@@ -273,7 +290,9 @@ inline void write_model(const hdf5::File& file, const ModelInfo& m) {
   const std::vector<std::int64_t> constrained(m.constrained.begin(), m.constrained.end());
   hdf5::write_strings(g, "channels", channels);
   hdf5::write(g, "channel_bins", std::span<const std::int64_t>(channel_bins));
+  hdf5::write(g, "channel_start", std::span<const std::int64_t>(channel_start));
   hdf5::write(g, "channel_masked", std::span<const std::int64_t>(channel_masked));
+  hdf5::write(g, "channel_flow", std::span<const std::int64_t>(channel_flow));
   hdf5::write_strings(g, "processes", processes);
   hdf5::write(g, "process_signal", std::span<const std::int64_t>(signal));
   hdf5::write_strings(g, "parameters", m.parameters);
@@ -314,7 +333,22 @@ inline nlohmann::json histograms_json(const Histograms& h) {
 inline nlohmann::json model_json(const ModelInfo& m) {
   nlohmann::json j;
   j["channels"] = nlohmann::json::array();
-  for (const Channel& c : m.channels) j["channels"].push_back({{"name", c.name}, {"bins", c.nbins}, {"masked", c.masked}});
+  index_t start = 0;
+  for (const Channel& c : m.channels) {
+    nlohmann::json axes = nlohmann::json::array();
+    for (const Axis& a : c.axes) {
+      nlohmann::json ja = {{"kind", a.kind_name()}, {"name", a.name}, {"label", a.label}};
+      if (a.categories.empty())
+        ja["edges"] = a.edges;
+      else
+        ja["categories"] = a.categories;
+      if (!a.transform.empty()) ja["transform"] = a.transform;
+      ja.update({{"underflow", a.underflow}, {"overflow", a.overflow}, {"circular", a.circular}, {"growth", a.growth}});
+      axes.push_back(std::move(ja));
+    }
+    j["channels"].push_back({{"name", c.name}, {"start", start}, {"bins", c.nbins}, {"masked", c.masked}, {"flow", c.flow}, {"axes", std::move(axes)}});
+    start += c.nbins;
+  }
   j["processes"] = nlohmann::json::array();
   for (const Process& p : m.processes) j["processes"].push_back({{"name", p.name}, {"signal", p.signal}});
   j["parameters"] = nlohmann::json::array();

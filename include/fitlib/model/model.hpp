@@ -16,6 +16,7 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/model/axis.hpp"
 #include "fitlib/model/dense_templates.hpp"
 #include "fitlib/model/sparse_templates.hpp"
 
@@ -34,6 +35,18 @@ struct Channel {
   std::string name;
   index_t nbins = 0;
   bool masked = false;
+  /// The histogram the bins come from, if known: its axes, the bins in row-major order (the last axis varies
+  /// fastest, as numpy flattens hist's values), each axis giving its size() bins, or its extent() with `flow`.
+  /// Empty: the bins are numbered 0 … nbins-1 and nothing more is known.
+  std::vector<Axis> axes = {};
+  bool flow = false;  ///< the bins include the axes' underflow and overflow bins (rabbit: masked channels only)
+
+  /// The number of bins along each axis (empty without axes).
+  std::vector<index_t> shape() const {
+    std::vector<index_t> s;
+    for (const Axis& a : axes) s.push_back(flow ? a.extent() : a.size());
+    return s;
+  }
 };
 
 /// A process. Signal processes are scaled by one signal-strength POI each (rabbit's `Mu` model).
@@ -268,6 +281,17 @@ inline void Model::validate() const {
   bool seen_masked = false;
   for (const auto& c : channels) {
     if (c.nbins <= 0) throw model_error("channel '" + c.name + "' has no bins; give it at least one bin");
+    if (!c.axes.empty()) {
+      std::string shape;
+      index_t product = 1;
+      for (const index_t n : c.shape()) {
+        shape += (shape.empty() ? "" : " × ") + std::to_string(n);
+        product = n > 0 && product <= c.nbins / n ? product * n : c.nbins + 1;  // saturates past nbins
+      }
+      if (product != c.nbins)
+        throw model_error("channel '" + c.name + "' has " + std::to_string(c.nbins) + " bins but its axes have " + shape +
+                          (c.flow ? " (with their flow bins)" : "") + "; make Channel::axes describe its bins, or leave them empty");
+    }
     if (seen_masked && !c.masked)
       throw model_error("unmasked channel '" + c.name +
                         "' follows a masked channel; masked channels must come last (rabbit's bin order)");
