@@ -7,6 +7,7 @@
                                          [--keep DIR [--reuse-rabbit]] [--only REGEX] [--out FILE]
     python3 benchmarks/compare_rabbit.py --write-fixture tests/data/rabbit_fixture
     python3 benchmarks/compare_rabbit.py --update-fixture-nllvalfull tests/data/rabbit_fixture
+    python3 benchmarks/compare_rabbit.py --update-fixture-hists tests/data/rabbit_fixture
 
 Creates (or reuses) the virtual environment `.venv-rabbit` in the repository root with the pinned
 packages of benchmarks/rabbit/requirements.txt (rabbit-fit, TensorFlow, hdf5plugin, h5py, hist,
@@ -38,6 +39,14 @@ bytes: the meta pickle holds a time stamp) and only adds `nllvalfull` to each fi
 rabbit_results.json: it checks each tensor's SHA-256 against the JSON, refits it with the fit's
 recorded command plus --fullNll, requires the recorded fit back (|dNLL| <= 1e-9, |dx| <= 1e-6 sigma),
 and records rabbit's full NLL and the command that produced it.
+
+--update-fixture-hists DIR also leaves the tensors as they are and writes DIR/rabbit_hists.json: it
+refits every recorded (tensor, configuration) of DIR/rabbit_results.json with the fit's recorded
+command plus --saveHists --saveHistsPerProcess --computeHistErrors, requires the recorded postfit
+vector back (each parameter to 1e-12 relative), and stores rabbit's histograms of that fit (read
+with rabbit.io_tools): per channel the observed data and its variance, the prefit and postfit
+predictions summed over processes with their variances, and the prefit and postfit predictions of
+each process, each flattened row-major like the tensor's bins.
 """
 
 from __future__ import annotations
@@ -98,6 +107,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--update-fixture-nllvalfull", metavar="DIR",
                    help="add rabbit's full NLL (nllvalfull) to the fits of DIR/rabbit_results.json without rewriting "
                         "the tensors, and exit")
+    p.add_argument("--update-fixture-hists", metavar="DIR",
+                   help="refit the fits of DIR/rabbit_results.json with --saveHists and write rabbit's prefit/postfit "
+                        "histograms to DIR/rabbit_hists.json (the tensors are left as they are), and exit")
     p.add_argument("--venv", default=str(DEFAULT_VENV), help="virtual environment to create/use (default %(default)s)")
     p.add_argument("--strict", action="store_true", help="exit with status 1 if any row FAILs")
     return p.parse_args()
@@ -764,6 +776,149 @@ def update_fixture_nllvalfull(args: argparse.Namespace) -> None:
     print(f"== updated {path}; README.md is left as it is", flush=True)
 
 
+HISTS_EXTRA = ["--saveHists", "--saveHistsPerProcess", "--computeHistErrors"]
+
+
+def read_rabbit_hists(path: Path, channels: list[dict], fit: str = "data") -> list[dict]:
+    """rabbit's saved histograms (--saveHists, --saveHistsPerProcess, --computeHistErrors) of one fit
+    in its output file, read as rabbit_plot_hists reads them (rabbit.io_tools.get_fitresult, then
+    fitresult["physics_models"]["Basemodel"]["channels"][<channel>]). One entry per channel of
+    `channels` (the fixture's list: name, start, stop, masked, flow), in that order; every histogram
+    is flattened row-major (values(flow=flow).ravel()), as the tensor stores the channel's bins."""
+    import hist
+    import numpy as np
+    from rabbit import io_tools
+
+    # group "results" for the data fit (-t 0), "results_<fit>" otherwise
+    res, meta = io_tools.get_fitresult(str(path), result=None if fit == "data" else fit, meta=True)
+    if "physics_models" not in res or "Basemodel" not in res["physics_models"]:
+        raise ValueError(f"{path} holds no Basemodel histograms (keys {sorted(res)})")
+    model = res["physics_models"]["Basemodel"]["channels"]
+    if list(model) != [c["name"] for c in channels]:
+        raise ValueError(f"rabbit's channels {list(model)} are not the fixture's {[c['name'] for c in channels]}")
+    procs = [str(p) for p in np.asarray(meta["procs"]).astype(str)]
+
+    def flat(a, n: int) -> list[float] | None:
+        if a is None:
+            return None
+        a = np.asarray(a, dtype=float).ravel()
+        if a.size != n:
+            raise ValueError(f"histogram with {a.size} bins where the channel has {n}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError("histogram with a non-finite value")
+        return [float(v) for v in a]
+
+    def variances(h, flow: bool):
+        # rabbit stores histograms without errors as Double storage; boost-histogram would report
+        # their values as Poisson "variances", so only Weight storage has variances here
+        return h.variances(flow=flow) if h.storage_type is hist.storage.Weight else None
+
+    out = []
+    for ch in channels:
+        name, flow, n = ch["name"], bool(ch["flow"]), ch["stop"] - ch["start"]
+        hs = model[name]
+        row = dict(name=name, start=ch["start"], stop=ch["stop"], masked=bool(ch["masked"]))
+        if "hist_nobs" in hs:
+            # hist_nobs: the data the fit used (rabbit_plot_hists' default --dataHist), its variance as
+            # the fit sees it (Poisson: = nobs, unless --covarianceFit/--chisqFit). hist_data_obs: the
+            # tensor's hdata_obs, its variance from the tensor's hdata_cov_inv if it has one (diag of
+            # the inverse), whatever the fit does with it. rabbit's add_observed_hists slices both by
+            # the axes' .size (flow bins not counted)
+            h = hs["hist_nobs"].get()
+            obs = hs["hist_data_obs"].get()
+            if not np.array_equal(h.values(flow=flow), obs.values(flow=flow)):
+                raise ValueError(f"{name}: rabbit's hist_nobs (fitted data) differs from hist_data_obs")
+            row["data"] = flat(h.values(flow=flow), n)
+            row["data_variance"] = flat(variances(h, flow), n)
+            row["data_obs_variance"] = flat(variances(obs, flow), n)
+        elif ch["masked"]:
+            row["data"] = row["data_variance"] = row["data_obs_variance"] = None
+        else:
+            raise ValueError(f"{name}: no data histogram for an unmasked channel")
+        for kind in ("prefit", "postfit"):
+            h = hs[f"hist_{kind}_inclusive"].get()
+            row[kind] = flat(h.values(flow=flow), n)
+            row[f"{kind}_variance"] = flat(variances(h, flow), n)
+            if row[f"{kind}_variance"] is None:
+                raise ValueError(f"{name}: rabbit wrote no variances for hist_{kind}_inclusive")
+        for kind in ("prefit", "postfit"):
+            h = hs[f"hist_{kind}"].get()
+            if [str(p) for p in h.axes["processes"]] != procs:
+                raise ValueError(f"{name}: processes {list(h.axes['processes'])} are not meta's {procs}")
+            per = {p: h[{"processes": p}] for p in procs}
+            row[f"{kind}_per_process"] = {p: flat(hp.values(flow=flow), n) for p, hp in per.items()}
+            if variances(h, False) is not None:
+                row[f"{kind}_per_process_variance"] = {p: flat(variances(hp, flow), n) for p, hp in per.items()}
+            total = np.sum([row[f"{kind}_per_process"][p] for p in procs], axis=0)
+            incl = np.asarray(row[kind])
+            if not np.all(np.abs(total - incl) <= 1e-12 * np.maximum(np.abs(incl), 1e-300)):
+                raise ValueError(f"{name}: the sum of rabbit's per-process {kind} yields is not its inclusive one "
+                                 f"(max |diff| = {np.max(np.abs(total - incl)):.3g})")
+        out.append(row)
+    return out
+
+
+def update_fixture_hists(args: argparse.Namespace) -> None:
+    """Writes DIR/rabbit_hists.json: rabbit's prefit and postfit histograms of every recorded fit of
+    DIR/rabbit_results.json, from a refit with the recorded command plus HISTS_EXTRA that must give
+    the recorded postfit vector back (each parameter to 1e-12 relative); the tensors are untouched."""
+    import results
+    import tensors
+
+    outdir = Path(args.update_fixture_hists).resolve()
+    doc = json.loads((outdir / "rabbit_results.json").read_text())
+    vers = versions()
+    if vers["rabbit-fit"] != doc["versions"]["rabbit-fit"]:
+        sys.exit(f"compare_rabbit.py: the fixture is rabbit-fit {doc['versions']['rabbit-fit']}'s, this is {vers['rabbit-fit']}")
+    if args.threads != doc["threads"]:
+        sys.exit(f"compare_rabbit.py: the fixture was fitted on {doc['threads']} thread(s); pass --threads {doc['threads']}")
+    exe = Path(sys.prefix) / "bin" / "rabbit_fit"
+    out = dict(versions=vers, threads=doc["threads"], command_extra=list(HISTS_EXTRA), tensors={},
+               note="rabbit's prefit/postfit histograms of the fits in rabbit_results.json; see README.md")
+    with tempfile.TemporaryDirectory(prefix="rabbit_fixture_hists_") as tmpname:
+        tmp = Path(tmpname)
+        for name, entry in doc["tensors"].items():
+            out["tensors"][name] = {}
+            for config, fits in entry["results"].items():
+                old = fits["data"]
+                rec = list(old["command"])
+                if Path(rec[0]).name != "rabbit_fit" or rec[1] not in entry["files"].values() or "-o" not in rec:
+                    sys.exit(f"compare_rabbit.py: unexpected recorded command of {name} {config}: {rec}")
+                tensor = outdir / rec[1]
+                if tensors.sha256(tensor) != entry["sha256"][tensor.name]:
+                    sys.exit(f"compare_rabbit.py: {tensor} is not the tensor rabbit_results.json was made from (SHA-256)")
+                run_dir = tmp / name / config
+                run_dir.mkdir(parents=True)
+                cmd = [str(exe), str(tensor), *rec[2:], *HISTS_EXTRA]
+                cmd[cmd.index("-o") + 1] = str(run_dir)
+                rc, wall, _, err = run_timed(cmd, fitter_env(args.threads, plugin_path=False), run_dir / "rabbit.log",
+                                             args.rabbit_timeout)
+                if rc != 0:
+                    sys.exit(f"compare_rabbit.py: rabbit failed on {tensor} ({config}): {err}")
+                result = run_dir / rec[rec.index("--outname") + 1] if "--outname" in rec else run_dir / "fitresults.hdf5"
+                fit = results.read_rabbit(result, "data")
+                bad = [(n, a, b) for n, a, b in zip(fit["names"], fit["postfit"], old["postfit"])
+                       if not abs(a - b) <= 1e-12 * abs(b)]
+                if fit["names"] != old["parameters"] or bad:
+                    sys.exit(f"compare_rabbit.py: the refit of {name} {config} with {' '.join(HISTS_EXTRA)} is not the "
+                             f"recorded fit (parameters {fit['names'] == old['parameters'] and 'equal' or 'differ'}; "
+                             f"postfit beyond 1e-12 relative: {bad[:3]}); not writing rabbit_hists.json")
+                maxrel = max((abs(a - b) / abs(b) if b else 0.0) for a, b in zip(fit["postfit"], old["postfit"]))
+                dnll = abs(fit["nllvalreduced"] - old["nllvalreduced"])
+                try:
+                    chans = read_rabbit_hists(result, entry["channels"])
+                except (ValueError, KeyError) as ex:
+                    sys.exit(f"compare_rabbit.py: reading rabbit's histograms of {name} {config} from {result}: {ex}")
+                shown = [Path(cmd[0]).name, tensor.name, *cmd[2:]]
+                shown[shown.index("-o") + 1] = "OUTDIR"
+                out["tensors"][name][config] = dict(command=shown, channels=chans)
+                print(f"   {name} {config}: refit max |dx|/|x| = {maxrel:.3g}, |dNLL| = {dnll:.3g}; "
+                      f"{len(chans)} channels ({fmt_seconds(wall)})", flush=True)
+    path = outdir / "rabbit_hists.json"
+    path.write_text(json.dumps(out, indent=1, allow_nan=False) + "\n")
+    print(f"== wrote {path} ({path.stat().st_size / 1024:.0f} KiB); README.md is left as it is", flush=True)
+
+
 def main() -> None:
     args = parse_args()
     if args.reuse_rabbit and not args.keep:
@@ -782,6 +937,8 @@ def main() -> None:
         write_fixture(args)
     elif args.update_fixture_nllvalfull:
         update_fixture_nllvalfull(args)
+    elif args.update_fixture_hists:
+        update_fixture_hists(args)
     else:
         compare_main(args)
 

@@ -64,8 +64,8 @@ if(NOT n2d EQUAL 2 OR NOT reported STREQUAL grid_centre OR NOT swapped STREQUAL 
                       "${reported}, second scan of '${swapped}' first")
 endif()
 
-# Histograms (no bin-by-bin statistics yet): every bin, masked ones included, with positive variances; blinded, the
-# prefit ones only.
+# Histograms, with bin-by-bin statistics and without: every bin, masked ones included, with positive variances, the
+# statistics' share making them larger; blinded, the prefit ones only.
 set(nbins_full 0)
 string(JSON nchannels LENGTH "${json}" model channels)
 math(EXPR last "${nchannels} - 1")
@@ -79,6 +79,13 @@ string(JSON var0 GET "${json}" fits 0 histograms postfit_variance 0)
 string(JSON npre LENGTH "${json}" fits 0 histograms prefit_variance)
 if(NOT npost EQUAL nbins_full OR NOT npre EQUAL nbins_full OR NOT var0 GREATER 0)
   message(FATAL_ERROR "--saveHists: ${npost} postfit and ${npre} prefit bins of ${nbins_full}, first postfit variance ${var0}")
+endif()
+run_fit(hists_bbstat -t 0 --unblind --saveHists)
+string(JSON npost LENGTH "${json}" fits 0 histograms postfit_total)
+string(JSON var0_bb GET "${json}" fits 0 histograms postfit_variance 0)
+if(NOT npost EQUAL nbins_full OR NOT var0_bb GREATER var0)
+  message(FATAL_ERROR "--saveHists with bin-by-bin statistics: ${npost} postfit bins of ${nbins_full}, first postfit variance ${var0_bb} "
+                      "(without the statistics ${var0})")
 endif()
 run_fit(hists_blinded -t 0 --saveHists --noBinByBinStat)
 string(JSON post ERROR_VARIABLE absent GET "${json}" fits 0 histograms postfit_total)

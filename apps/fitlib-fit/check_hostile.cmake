@@ -66,10 +66,6 @@ if("${out}${err}" MATCHES "toys")
   message(FATAL_ERROR "an unknown --scan2D parameter was refused only after the toys:\n${out}\n${err}")
 endif()
 run(2 "--noHessian leaves no covariance" "${TENSOR}" -q -t 0 --noHessian --scan2D signal signal -o "${OUT}/s2.hdf5")
-run(2 "bin-by-bin statistics.*--noBinByBinStat" "${TENSOR}" -q -t 300 --saveHists -o "${OUT}/h.hdf5")
-if("${out}${err}" MATCHES "toys")
-  message(FATAL_ERROR "--saveHists with bin-by-bin statistics was refused only after the toys:\n${out}\n${err}")
-endif()
 
 # C1: a path with a byte that is not UTF-8 gives valid JSON (U+FFFD in place of the byte), and no crash.
 string(ASCII 233 _latin1_e)

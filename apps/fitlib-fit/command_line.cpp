@@ -114,7 +114,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
   auto* scan = app.add_option("--scan", a.scan, "profile-likelihood scans of these parameters (none: every free parameter, as rabbit)")->expected(0, -1);
   app.add_flag("--saveHists", a.save_hists,
                "prefit and postfit yields of every bin, per process and summed, with their variances (rabbit's --saveHists "
-               "--saveHistsPerProcess --computeHistErrors); not yet with bin-by-bin statistics");
+               "--saveHistsPerProcess --computeHistErrors), with bin-by-bin statistics as rabbit has them: β̂ in the postfit yields, "
+               "the variances through β̂ and with β's own");
   app.add_option("--scan2D", a.scan2d, "A B: a profile-likelihood scan over the grid of two parameters, its points fitted as a batch of replicas (repeatable)");
   app.add_option("--scanPoints", a.scan_points, "points per scan (per parameter of a 2D scan)")->capture_default_str();
   app.add_option("--scanRange", a.scan_range, "scan half-width in postfit σ")->capture_default_str();

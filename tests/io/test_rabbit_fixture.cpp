@@ -14,6 +14,7 @@
 
 #include "fitlib/fit.hpp"
 #include "fitlib/io/rabbit.hpp"
+#include "fitlib/postfit/histograms.hpp"
 #include "model_checks.hpp"
 #include "plugin_path.hpp"
 
@@ -221,6 +222,50 @@ TEST_CASE("io: fitlib's fit of rabbit's test tensor equals rabbit's", "[io][rabb
   for (const char* config : {"bb", "nobb"}) {
     compare<SerialLikelihood>("test_tensor", "test_tensor_gzip.hdf5", config);
     compare<SparseSerialLikelihood>("test_tensor_sparse", "test_tensor_sparse_gzip.hdf5", config);
+  }
+}
+
+/// fitlib's --saveHists histograms of rabbit's tensor against rabbit's own (--saveHists --saveHistsPerProcess
+/// --computeHistErrors, tests/data/rabbit_fixture/rabbit_hists.json), channel by channel.
+template <class Lik>
+void compare_histograms(const std::string& tensor, const std::string& file, const std::string& config) {
+  std::ifstream json(fixture + "rabbit_hists.json");
+  REQUIRE(json);
+  const nlohmann::json ref = nlohmann::json::parse(json)["tensors"][tensor][config];
+  const io::RabbitTensor in = io::read_rabbit(fixture + file);
+  LikelihoodOptions lo;
+  lo.bin_by_bin.enabled = config == "bb";
+  Lik lik(in.model, {}, lo);
+  const FitResult r = fit_like_the_program(lik);
+  REQUIRE(r.converged());
+  const Histograms h = histograms(lik, r);
+  const index_t P = in.model.nprocs();
+  std::size_t bins = 0;
+  for (const nlohmann::json& c : ref["channels"]) {
+    const auto start = c["start"].get<std::size_t>(), stop = c["stop"].get<std::size_t>();
+    for (std::size_t b = start; b < stop; ++b, ++bins) {
+      INFO(tensor << " " << config << " channel " << c["name"].get<std::string>() << " bin " << b - start);
+      const double pre = c["prefit"][b - start], post = c["postfit"][b - start];
+      // The yields: rabbit's prefit is the tensor's sum, its postfit that at its own minimum (1e-9 relative in x).
+      CHECK(h.prefit_total[b] == Approx(pre).epsilon(1e-13).margin(1e-12));
+      CHECK(h.postfit_total[b] == Approx(post).epsilon(1e-8).margin(1e-10));
+      CHECK(h.prefit_variance[b] == Approx(c["prefit_variance"][b - start].get<double>()).epsilon(1e-12).margin(1e-12));
+      CHECK(h.postfit_variance[b] == Approx(c["postfit_variance"][b - start].get<double>()).epsilon(1e-6).margin(1e-10));
+      for (index_t p = 0; p < P; ++p) {
+        const std::string& name = in.model.processes[static_cast<std::size_t>(p)].name;
+        CHECK(h.postfit[b * static_cast<std::size_t>(P) + static_cast<std::size_t>(p)] ==
+              Approx(c["postfit_per_process"][name][b - start].get<double>()).epsilon(1e-8).margin(1e-10));
+      }
+      if (!c["masked"].get<bool>()) CHECK(h.data[b] == c["data"][b - start].get<double>());
+    }
+  }
+  CHECK(bins == static_cast<std::size_t>(in.model.nbins_full()));
+}
+
+TEST_CASE("io: fitlib's histograms of rabbit's test tensor equal rabbit's, bin-by-bin statistics included", "[io][rabbit][histograms]") {
+  for (const char* config : {"bb", "nobb"}) {
+    compare_histograms<SerialLikelihood>("test_tensor", "test_tensor_gzip.hdf5", config);
+    compare_histograms<SparseSerialLikelihood>("test_tensor_sparse", "test_tensor_sparse_gzip.hdf5", config);
   }
 }
 

@@ -138,17 +138,191 @@ TEST_CASE("histograms: yields per process and summed, variances as J·C·Jᵀ wi
   }
 }
 
-TEST_CASE("histograms: refused with bin-by-bin statistics, and without the fit's covariance", "[postfit][histograms]") {
+TEST_CASE("histograms: refused with the covariance data term's bin-by-bin statistics, and without the fit's covariance", "[postfit][histograms]") {
   test::RandomModelSpec sp;
   sp.template_stats = true;
-  SerialLikelihood lik(test::random_model(sp));
+  Model m = test::random_model(sp);
+  const auto nb = static_cast<std::size_t>(m.nbins());
+  m.data_covariance_inverse.assign(nb * nb, 0.0);  // diagonal: 1/max(n, 1)
+  for (std::size_t b = 0; b < nb; ++b) m.data_covariance_inverse[b * nb + b] = 1 / std::max(m.data[b], 1.0);
+  LikelihoodOptions o;
+  o.data_term = DataTerm::covariance;
+  SerialLikelihood lik(m, {}, o);
   REQUIRE(lik.bin_by_bin_per_bin() > 0);
   const FitResult r = fit(lik, TrustRegion<Exact>{});
-  CHECK_THROWS_WITH(histograms(lik, r), Catch::Contains("bin-by-bin statistics") && Catch::Contains("--noBinByBinStat"));
+  CHECK_THROWS_WITH(histograms(lik, r), Catch::Contains("separable data term") && Catch::Contains("--noBinByBinStat"));
 
   SerialLikelihood plain(histogram_model(), {}, without_bin_by_bin());
   FitOptions fo;
   fo.covariance = false;
   const FitResult no_cov = fit(plain, TrustRegion<Exact>{}, fo);
   CHECK_THROWS_WITH(histograms(plain, no_cov), Catch::Contains("FitOptions::covariance"));
+}
+
+namespace {
+
+/// A small model with template variances (random_model: process 1 exact in every other bin, bin 3 exact
+/// throughout, so that lite β scales some cells of a bin and not others) and a masked channel.
+Model bbstat_histogram_model() {
+  test::RandomModelSpec sp;
+  sp.bins = 7;
+  sp.masked_bins = 2;
+  sp.procs = 3;
+  sp.signals = 1;
+  sp.nsyst = 3;
+  sp.template_stats = true;
+  sp.seed = 41;
+  return test::random_model(sp);
+}
+
+/// c_p of cell (b, p) and the additive shift of bin b at β (`beta`, per entries of bin b), written out per mode
+/// for the reference, independently of bbstat.hpp: the bin's per-process yields with β applied.
+std::vector<double> apply_beta_by_hand(const Model& m, const LikelihoodOptions& o, index_t b, const std::vector<double>& mu, const double* beta) {
+  const index_t P = m.nprocs();
+  std::vector<double> out(mu.begin() + b * P, mu.begin() + (b + 1) * P);
+  const bool lite = o.bin_by_bin.mode == BinByBinMode::lite;
+  const BinByBinType type = o.bin_by_bin.resolved(o.data_term);
+  double v = 0, nu = 0;
+  for (index_t p = 0; p < P; ++p) {
+    v += m.sumw2[static_cast<std::size_t>(b * P + p)];
+    nu += out[static_cast<std::size_t>(p)];
+  }
+  for (index_t p = 0; p < P; ++p) {
+    const double w2 = m.sumw2[static_cast<std::size_t>(b * P + p)];
+    auto& y = out[static_cast<std::size_t>(p)];
+    if (type == BinByBinType::normal_additive)
+      y += lite ? std::sqrt(v) * beta[0] * y / nu : std::sqrt(w2) * beta[p];
+    else if (w2 > 0 || !lite)
+      y *= lite ? beta[0] : beta[p];
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("histograms with bin-by-bin statistics: β̂ in the yields, the variance of the joint (x, β) fit", "[postfit][histograms][bbstat]") {
+  // The reference: the NLL as a function of x and every data bin's β (β held by fix_bin_by_bin, plus β's
+  // constraint written out), its Hessian by finite differences, and var_b = gᵀ·H⁻¹·g with g the finite-difference
+  // gradient of bin b's summed yield in (x, β). The histograms' J·C·Jᵀ through β̂(x) plus cᵀ·G_ββ⁻¹·c must equal
+  // it: C is the inverse of H's Schur complement, the profiled Hessian.
+  const Model m = bbstat_histogram_model();
+  struct Case {
+    BinByBinMode mode;
+    BinByBinType type;
+    DataTerm term;
+  };
+  for (const Case c : {Case{BinByBinMode::lite, BinByBinType::gamma, DataTerm::poisson}, Case{BinByBinMode::full, BinByBinType::gamma, DataTerm::poisson},
+                       Case{BinByBinMode::lite, BinByBinType::normal_additive, DataTerm::poisson},
+                       Case{BinByBinMode::full, BinByBinType::normal_additive, DataTerm::poisson},
+                       Case{BinByBinMode::lite, BinByBinType::gamma, DataTerm::chisq}}) {
+    LikelihoodOptions o;
+    o.bin_by_bin.mode = c.mode;
+    o.bin_by_bin.type = c.type;
+    o.data_term = c.term;
+    Model mc = m;
+    if (c.term == DataTerm::chisq) test::add_data_variances(mc);
+    SerialLikelihood lik(mc, {}, o);
+    INFO("mode " << (c.mode == BinByBinMode::lite ? "lite" : "full") << ", type " << static_cast<int>(c.type) << ", term " << static_cast<int>(c.term));
+    const FitResult r = fit(lik, TrustRegion<Exact>{});
+    INFO(r.status_text());
+    REQUIRE(r.converged());
+    REQUIRE(r.covariance_status == CovarianceStatus::accurate);
+    const Histograms h = histograms(lik, r);
+
+    const index_t n = lik.size(), nb = mc.nbins(), bf = mc.nbins_full(), P = mc.nprocs(), per = lik.bin_by_bin_per_bin();
+    const BinByBinStats st = BinByBinStats::build(mc, {0, bf}, o.bin_by_bin, o.data_term);
+    const std::vector<double> beta_hat = lik.bin_by_bin_parameters(r.x);
+    // The postfit yields: β̂ applied to the yields before β.
+    const std::vector<double> mu = lik.yields(r.x);
+    for (index_t b = 0; b < bf; ++b) {
+      const std::vector<double> want = apply_beta_by_hand(mc, o, b, mu, b < nb ? beta_hat.data() + b * per : st.beta0.data() + b * per);
+      for (index_t p = 0; p < P; ++p) CHECK(h.postfit[static_cast<std::size_t>(b * P + p)] == Approx(want[static_cast<std::size_t>(p)]).epsilon(1e-13));
+    }
+
+    // β's prior adds c²/k per β (c = ∂ν̃/∂β) where no data constrain β: every bin prefit, the masked ones postfit;
+    // k = sumw²/sumw2 (sumw the nominal yields here), c the yield of the cells β scales, or s for an additive β.
+    const std::size_t nx = r.x.size();
+    std::vector<double> c0(nx * nx, 0.0);
+    for (index_t s = 0; s < mc.nsyst(); ++s)
+      if (const double w = mc.constraint_weights[static_cast<std::size_t>(s)]; w > 0) {
+        const auto i = static_cast<std::size_t>(mc.npoi() + s);
+        c0[i + i * nx] = 1 / w;
+      }
+    const std::vector<double> x0 = lik.default_parameters(), mu0 = lik.yields(x0);
+    const std::vector<double> pre = fd_variance(lik, x0, c0), post = fd_variance(lik, r.x, r.covariance);
+    const std::vector<double> nominal = mc.nominal_yields();
+    const auto prior = [&](const std::vector<double>& y, index_t b) {
+      double sumw2 = 0, active = 0, active_sumw = 0, full = 0;
+      for (index_t p = 0; p < P; ++p) {
+        const auto cell = static_cast<std::size_t>(b * P + p);
+        sumw2 += mc.sumw2[cell];
+        if (mc.sumw2[cell] > 0) {
+          active += y[cell];
+          active_sumw += nominal[cell];
+          full += y[cell] * y[cell] * mc.sumw2[cell] / (nominal[cell] * nominal[cell]);
+        }
+      }
+      if (c.type == BinByBinType::normal_additive) return sumw2;
+      return c.mode == BinByBinMode::full ? full : active_sumw > 0 ? active * active * sumw2 / (active_sumw * active_sumw) : 0.0;
+    };
+    for (index_t b = 0; b < bf; ++b) {
+      INFO("bin " << b);
+      CHECK(h.prefit_variance[static_cast<std::size_t>(b)] == Approx(pre[static_cast<std::size_t>(b)] + prior(mu0, b)).epsilon(1e-6));
+      if (b >= nb) CHECK(h.postfit_variance[static_cast<std::size_t>(b)] == Approx(post[static_cast<std::size_t>(b)] + prior(mu, b)).epsilon(1e-6));
+    }
+
+    // The joint NLL and the bins' yields in z = (x, β of the data bins).
+    const index_t nz = n + nb * per;
+    const auto joint = [&](const std::vector<double>& z) {
+      const std::vector<double> x(z.begin(), z.begin() + n), beta(z.begin() + n, z.end());
+      lik.fix_bin_by_bin(beta);
+      double f = lik.value(x);
+      lik.fix_bin_by_bin({});
+      for (index_t e = 0; e < nb * per; ++e)
+        if (!st.fixed[static_cast<std::size_t>(e)]) f += detail::beta_term(st.type, beta[static_cast<std::size_t>(e)], st.kstat[static_cast<std::size_t>(e)], st.beta0[static_cast<std::size_t>(e)]).value;
+      return f;
+    };
+    const auto bin_yield = [&](const std::vector<double>& z, index_t b) {
+      const std::vector<double> x(z.begin(), z.begin() + n), y = lik.yields(x);
+      const std::vector<double> cells = apply_beta_by_hand(mc, o, b, y, z.data() + n + b * per);
+      double s = 0;
+      for (double v : cells) s += v;
+      return s;
+    };
+    std::vector<double> z0(r.x);
+    z0.insert(z0.end(), beta_hat.begin(), beta_hat.end());
+    std::vector<double> step(static_cast<std::size_t>(nz));
+    for (index_t i = 0; i < nz; ++i) step[static_cast<std::size_t>(i)] = 1e-4 * std::max(1.0, std::abs(z0[static_cast<std::size_t>(i)]));
+    Eigen::MatrixXd H(nz, nz);
+    for (index_t i = 0; i < nz; ++i)
+      for (index_t j = 0; j <= i; ++j) {
+        const double hi = step[static_cast<std::size_t>(i)], hj = step[static_cast<std::size_t>(j)];
+        const auto at = [&](double si, double sj) {
+          std::vector<double> z = z0;
+          z[static_cast<std::size_t>(i)] += si * hi;
+          z[static_cast<std::size_t>(j)] += sj * hj;
+          return joint(z);
+        };
+        H(i, j) = H(j, i) = (at(1, 1) - at(1, -1) - at(-1, 1) + at(-1, -1)) / (4 * hi * hj);
+      }
+    // Fixed β (no template statistics there) do not vary: drop their rows and columns.
+    std::vector<index_t> free;
+    for (index_t i = 0; i < nz; ++i)
+      if (i < n || !st.fixed[static_cast<std::size_t>(i - n)]) free.push_back(i);
+    Eigen::MatrixXd Hf(static_cast<index_t>(free.size()), static_cast<index_t>(free.size()));
+    for (std::size_t a = 0; a < free.size(); ++a)
+      for (std::size_t b = 0; b < free.size(); ++b) Hf(static_cast<index_t>(a), static_cast<index_t>(b)) = H(free[a], free[b]);
+    const Eigen::MatrixXd Cz = Hf.inverse();
+    for (index_t b = 0; b < nb; ++b) {
+      Eigen::VectorXd g(static_cast<index_t>(free.size()));
+      for (std::size_t a = 0; a < free.size(); ++a) {
+        std::vector<double> up = z0, down = z0;
+        up[static_cast<std::size_t>(free[a])] += step[static_cast<std::size_t>(free[a])];
+        down[static_cast<std::size_t>(free[a])] -= step[static_cast<std::size_t>(free[a])];
+        g(static_cast<index_t>(a)) = (bin_yield(up, b) - bin_yield(down, b)) / (2 * step[static_cast<std::size_t>(free[a])]);
+      }
+      INFO("bin " << b);
+      CHECK(h.postfit_variance[static_cast<std::size_t>(b)] == Approx(g.dot(Cz * g)).epsilon(1e-4));
+    }
+  }
 }

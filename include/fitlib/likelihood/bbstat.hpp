@@ -391,9 +391,11 @@ FITLIB_HOST_DEVICE inline BinCurvature profile_bin(const BinByBinStatsView& st, 
 /// global impact (§5.2). dβ̂ solves G_ββ·dβ̂ = −G_βm·dm (implicit function theorem on ∂G/∂β = 0, G
 /// the bin's joint term, §3.4); in full mode G_ββ = diag(L_β'') + D''·c·cᵀ (c = m for multiplicative
 /// β, √sumw2 for additive) is inverted by Sherman–Morrison. `beta`: β̂ of the bin (per_bin entries).
-/// Fixed entries do not move and weigh nothing. Separable data terms only. `work`: 3·P doubles.
+/// Fixed entries do not move and weigh nothing. Separable data terms only. `work`: 3·P doubles. With `db` (per_bin
+/// entries, zero on entry), dβ̂ itself is written there too.
 FITLIB_HOST_DEVICE inline double beta_response_variance(const BinByBinStatsView& st, index_t i, DataTerm term, double n, double aux,
-                                                        const double* m, const double* dm, index_t P, const double* beta, double* work) {
+                                                        const double* m, const double* dm, index_t P, const double* beta, double* work,
+                                                        double* db_out = nullptr) {
   if (!st.enabled) return 0;
   if (st.mode == BinByBinMode::lite) {
     const auto at = static_cast<std::size_t>(i);
@@ -407,6 +409,7 @@ FITLIB_HOST_DEVICE inline double beta_response_variance(const BinByBinStatsView&
     if (!st.multiplicative()) {  // ∂G/∂β = D'(ν + sβ)·s + β − β₀
       const double s = st.sigma[at], d2 = data_term(term, nu + s * b, n, aux).d2;
       const double db = -d2 * s * dnu / (d2 * s * s + 1);
+      if (db_out) db_out[0] = db;
       return db * db;
     }
     // ∂G/∂β = D'(βA + Z)·A + L_β'(β), A the active cells' yield.
@@ -419,6 +422,7 @@ FITLIB_HOST_DEVICE inline double beta_response_variance(const BinByBinStatsView&
     const BinTerm t = data_term(term, b * A + Z, n, aux);
     const double l2 = beta_term(st.type, b, st.kstat[at], st.beta0[at]).d2;
     const double db = -(t.d2 * A * (b * dA + dZ) + t.w * dA) / (t.d2 * A * A + l2);
+    if (db_out) db_out[0] = db;
     return l2 * db * db;
   }
   // Full mode, one β per cell.
@@ -448,9 +452,110 @@ FITLIB_HOST_DEVICE inline double beta_response_variance(const BinByBinStatsView&
   for (index_t p = 0; p < P; ++p) {
     if (l2[p] == 0) continue;
     const double db = rhs[p] / l2[p] - t.d2 * (c[p] / l2[p]) * crhs / (1 + t.d2 * cc);
+    if (db_out) db_out[p] = db;
     var += l2[p] * db * db;
   }
   return var;
+}
+
+/// What β does to data bin `i`'s summed yield: ν̃ = Σ_p c_p·m_p, c_p the β that scales cell p (1 where none
+/// does), plus Σ_e s_e·β_e for the additive type, at β = `beta` (per_bin entries); and the derivative of ν̃ along
+/// the cell yields' change `dm` (P entries, or null) while β moves by `db` (per_bin entries, or null: β held).
+struct BetaAppliedYield {
+  double value = 0, derivative = 0;
+};
+
+FITLIB_HOST_DEVICE inline BetaAppliedYield beta_applied_yield(const BinByBinStatsView& st, index_t i, const double* m, const double* dm, index_t P,
+                                                              const double* beta, const double* db) {
+  BetaAppliedYield y;
+  if (!st.enabled) {
+    for (index_t p = 0; p < P; ++p) {
+      y.value += m[p];
+      y.derivative += dm ? dm[p] : 0.0;
+    }
+    return y;
+  }
+  if (st.mode == BinByBinMode::lite) {
+    const auto at = static_cast<std::size_t>(i);
+    const double b = beta[0], d = db ? db[0] : 0.0;
+    if (!st.multiplicative()) {  // ν + s·β
+      for (index_t p = 0; p < P; ++p) {
+        y.value += m[p];
+        y.derivative += dm ? dm[p] : 0.0;
+      }
+      y.value += st.sigma[at] * b;
+      y.derivative += st.sigma[at] * d;
+      return y;
+    }
+    const unsigned char* act = st.active + i * P;  // β·A + Z
+    for (index_t p = 0; p < P; ++p) {
+      y.value += act[p] ? b * m[p] : m[p];
+      y.derivative += (dm ? (act[p] ? b * dm[p] : dm[p]) : 0.0) + (act[p] ? m[p] * d : 0.0);
+    }
+    return y;
+  }
+  const auto at = static_cast<std::size_t>(i * P);
+  for (index_t p = 0; p < P; ++p) {
+    const double b = beta[p], d = db ? db[p] : 0.0, dmp = dm ? dm[p] : 0.0;
+    if (st.multiplicative()) {  // Σ β_p·m_p
+      y.value += b * m[p];
+      y.derivative += b * dmp + m[p] * d;
+    } else {  // Σ m_p + s_p·β_p
+      const double s = st.sigma[at + static_cast<std::size_t>(p)];
+      y.value += m[p] + s * b;
+      y.derivative += dmp + s * d;
+    }
+  }
+  return y;
+}
+
+/// The per-process yields of data bin `i` with β at `beta`: c_p·m_p (`out`, P entries); the additive type's
+/// s·β shared among the cells it moves in proportion to their yields (lite: every cell, as rabbit does; full: its own).
+FITLIB_HOST_DEVICE inline void beta_applied_cells(const BinByBinStatsView& st, index_t i, const double* m, index_t P, const double* beta, double* out) {
+  double nu = 0;
+  for (index_t p = 0; p < P; ++p) {
+    out[p] = m[p];
+    nu += m[p];
+  }
+  if (!st.enabled) return;
+  if (st.mode == BinByBinMode::lite) {
+    const auto at = static_cast<std::size_t>(i);
+    for (index_t p = 0; p < P; ++p)
+      if (st.multiplicative())
+        out[p] = st.active[at * static_cast<std::size_t>(P) + static_cast<std::size_t>(p)] ? beta[0] * m[p] : m[p];
+      else if (nu != 0)
+        out[p] += st.sigma[at] * beta[0] * m[p] / nu;
+    return;
+  }
+  const auto at = static_cast<std::size_t>(i * P);
+  for (index_t p = 0; p < P; ++p) out[p] = st.multiplicative() ? beta[p] * m[p] : m[p] + st.sigma[at + static_cast<std::size_t>(p)] * beta[p];
+}
+
+/// The variance β's own uncertainty gives data bin `i`'s summed yield ν̃ beyond the parameters' (the bin-by-bin
+/// term of a postfit histogram's variance): cᵀ·G_ββ⁻¹·c with c = ∂ν̃/∂β at β = `beta` (A, the active cells' yield,
+/// or s in lite mode; m_p or s_p per cell in full mode) and G_ββ = diag(L_β''(β)) + `d2`·c·cᵀ, `d2` the data term's
+/// D''(ν̃) (0 where β has no data: the prior alone), inverted by Sherman–Morrison: cc/(1 + d2·cc), cc = Σ c²/L_β''.
+/// Fixed entries do not vary.
+FITLIB_HOST_DEVICE inline double beta_variance(const BinByBinStatsView& st, index_t i, const double* m, index_t P, const double* beta, double d2) {
+  if (!st.enabled) return 0;
+  const index_t per = st.per_bin();
+  double cc = 0;
+  for (index_t e = 0; e < per; ++e) {
+    const auto at = static_cast<std::size_t>(i * per + e);
+    if (st.fixed[at]) continue;
+    double c = st.sigma[at];  // additive: ∂ν̃/∂β = s
+    if (st.multiplicative()) {
+      c = 0;
+      if (per == 1) {
+        for (index_t p = 0; p < P; ++p) c += st.active[static_cast<std::size_t>(i * P + p)] ? m[p] : 0.0;
+      } else {
+        c = m[e];
+      }
+    }
+    const double l2 = beta_term(st.type, beta[e], st.kstat[at], st.beta0[at]).d2;
+    if (l2 > 0) cc += c * c / l2;  // (a gamma β with β₀ = 0 has no curvature: unconstrained, left out as fixed)
+  }
+  return cc / (1 + d2 * cc);
 }
 
 /// The covariance data term couples the bins (§3.1, §3.4). Profiling Gaussian β there is a

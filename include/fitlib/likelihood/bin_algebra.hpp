@@ -179,25 +179,58 @@ FITLIB_HOST_DEVICE inline void beta_bin(const BinPass<Cells>& a, index_t i, cons
   else profile_bin(a.bb, i, a.term, d.n[i], d.aux[i], s.m, a.P, s.g, s.delta, s.u1, s.u2, beta);
 }
 
+/// The cell yields' derivatives dm along direction k (P entries, zero for absent cells) of bin i, from point 0's cell
+/// yields in s (cell_yields) and the direction's products in L (column 1 + k).
+template <class Cells>
+FITLIB_HOST_DEVICE inline void direction_yields(const BinPass<Cells>& a, index_t i, const double* L, index_t ldL, const BinScratch& s, index_t k, double* dm) {
+  for (index_t p = 0; p < a.P; ++p) dm[p] = 0.0;
+  for (index_t c = 0; c < a.cells.cells(i); ++c) {
+    const index_t p = a.cells.process(i, c), q = a.poi_of_process[p];
+    dm[p] = s.cy[c].d_mu * (q >= 0 ? a.v(q, k) : 0.0) + s.cy[c].d_L * L[c + (1 + k) * ldL];
+  }
+}
+
 /// Bin i's share of the bin-by-bin global impacts (beta_response_variance) for each direction,
 /// added to `var[k]`. L holds point 0's products then the nv directions'; `beta` (per_bin), `m0`,
 /// `dm` (P each) and `work` (3·P) are workspaces besides s.
 template <class Cells>
 FITLIB_HOST_DEVICE inline void variance_bin(const BinPass<Cells>& a, index_t i, const double* L, index_t ldL, double* var, double* beta, double* m0,
                                             double* dm, double* work, const BinScratch& s) {
-  const index_t P = a.P, nc = a.cells.cells(i);
+  const index_t P = a.P;
   const SlotView& d = a.slots[0];
   const double n = d.n[i], aux = d.aux[i];
   cell_yields(a, i, 0, L, s.cy, s.m);
   for (index_t p = 0; p < P; ++p) m0[p] = s.m[p];
   profile_bin(a.bb, i, a.term, n, aux, m0, P, s.g, s.delta, s.u1, s.u2, beta);
   for (index_t k = 0; k < a.nv; ++k) {
-    for (index_t p = 0; p < P; ++p) dm[p] = 0.0;
-    for (index_t c = 0; c < nc; ++c) {
-      const index_t p = a.cells.process(i, c), q = a.poi_of_process[p];
-      dm[p] = s.cy[c].d_mu * (q >= 0 ? a.v(q, k) : 0.0) + s.cy[c].d_L * L[c + (1 + k) * ldL];
-    }
+    direction_yields(a, i, L, ldL, s, k, dm);
     var[k] += beta_response_variance(a.bb, i, a.term, n, aux, m0, dm, P, beta, work);
+  }
+}
+
+/// What a postfit histogram needs of data bin i with bin-by-bin statistics (rabbit's _expected_with_variance): its
+/// summed yield with β̂ applied (`o[r]`), that yield's derivatives along the nv directions through β̂(x) (`dobs(r, k)`,
+/// dβ̂ by the implicit function theorem, beta_response_variance) and the variance β's own uncertainty adds (`bvar[r]`,
+/// bbstat.hpp's beta_variance at the data term's curvature). Without bin-by-bin statistics: Σ_p ν_p, its derivatives,
+/// 0. L holds point 0's products then the directions'; `beta`, `db` (per_bin), `m0`, `dm` (P each) and `work` (3·P)
+/// are workspaces besides s.
+template <class Cells>
+FITLIB_HOST_DEVICE inline void histogram_bin(const BinPass<Cells>& a, index_t i, index_t r, const double* L, index_t ldL, double* o, BlockView<double> dobs,
+                                             double* bvar, double* beta, double* db, double* m0, double* dm, double* work, const BinScratch& s) {
+  const index_t P = a.P, per = a.bb.per_bin();
+  const SlotView& d = a.slots[0];
+  const double n = d.n[i], aux = d.aux[i];
+  cell_yields(a, i, 0, L, s.cy, s.m);
+  for (index_t p = 0; p < P; ++p) m0[p] = s.m[p];
+  profile_bin(a.bb, i, a.term, n, aux, m0, P, s.g, s.delta, s.u1, s.u2, beta);
+  const double nu = beta_applied_yield(a.bb, i, m0, nullptr, P, beta, nullptr).value;
+  o[r] = nu;
+  bvar[r] = beta_variance(a.bb, i, m0, P, beta, data_term(a.term, nu, n, aux).d2);
+  for (index_t k = 0; k < a.nv; ++k) {
+    direction_yields(a, i, L, ldL, s, k, dm);
+    for (index_t e = 0; e < per; ++e) db[e] = 0.0;
+    (void)beta_response_variance(a.bb, i, a.term, n, aux, m0, dm, P, beta, work, db);
+    dobs(r, k) = beta_applied_yield(a.bb, i, m0, dm, P, beta, db).derivative;
   }
 }
 

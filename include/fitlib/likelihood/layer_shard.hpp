@@ -44,8 +44,8 @@ struct ScratchLayout {
   index_t P = 0, nx = 0;
   bool variance = false;  ///< the variance pass's extra doubles
   /// Per bin: P·nx cell yields, nx curvatures, and doubles for g, δ, u₁, u₂ (P·nx each), m (P)
-  /// and, in the variance pass, β̂, m₀, dm and work (6·P).
-  FITLIB_HOST_DEVICE index_t doubles() const { return 4 * P * nx + P + (variance ? 6 * P : 0); }
+  /// and, in the variance and histogram passes, β̂, dβ̂, m₀, dm and work (7·P).
+  FITLIB_HOST_DEVICE index_t doubles() const { return 4 * P * nx + P + (variance ? 7 * P : 0); }
   FITLIB_HOST_DEVICE BinScratch at(const BinScratch& base, index_t t) const {
     double* d = base.g + t * doubles();
     const index_t pn = P * nx;
@@ -118,6 +118,23 @@ struct VarianceBinKernel {
     const index_t i = first + t, P = pass.P;
     double* e = layout.extra(scratch, t);
     variance_bin(pass, i, L + i * P, ldL, var + i * pass.nv, e, e + P, e + 2 * P, e + 3 * P, layout.at(scratch, t));
+  }
+};
+
+template <class Cells>
+struct HistogramBinKernel {
+  BinPass<Cells> pass;
+  index_t first;
+  const double* L;
+  index_t ldL;
+  double *o, *bvar;        ///< `[ndata]` each
+  BlockView<double> dobs;  ///< `[ndata × nv]`
+  ScratchLayout layout;
+  BinScratch scratch;  ///< the chunk's base: bin t's at layout.at(scratch, t)
+  FITLIB_HOST_DEVICE void operator()(index_t t) const {
+    const index_t i = first + t, P = pass.P;
+    double* e = layout.extra(scratch, t);
+    histogram_bin(pass, i, i, L + i * P, ldL, o, dobs, bvar, e, e + P, e + 2 * P, e + 3 * P, e + 4 * P, layout.at(scratch, t));
   }
 };
 
@@ -288,6 +305,30 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     layer_.fence();
     for (index_t i = 0; i < ndata_; ++i)
       for (index_t k = 0; k < nv; ++k) var[static_cast<std::size_t>(k)] += part[static_cast<std::size_t>(i * nv + k)];
+  }
+
+  /// As the host shard's: the data bins' summed yields with β̂ applied, their derivatives through β̂(x) and β's own
+  /// variance, one per-bin kernel over the forward products.
+  void histogram(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> o, BlockView<double> dobs, std::span<double> bvar) {
+    const index_t nv = v.empty() ? 0 : v.cols;
+    cols_.prepare(x.block_cols(0, 1), v);
+    const detail::BinPass<Cells> pass = bin_pass(stats_, bb_, 1, nv, v, {});
+    forward({0, ndata_}, 1 + nv);
+    // Outputs packed: dobs [ndata × nv], then o and bvar [ndata] each.
+    layer_.zero(out_, ndata_ * (nv + 2));
+    double* out = layer_.data(out_);
+    const detail::ScratchLayout lay{P_, 1, true};
+    for_chunks(ndata_, lay, [&](index_t first, index_t count) {
+      layer_.launch(count, detail::HistogramBinKernel<Cells>{pass, first, layer_.data(L_), ndata_ * P_, out + ndata_ * nv, out + ndata_ * (nv + 1),
+                                                             BlockView<double>(out, ndata_, nv), lay, scratch_base()});
+    });
+    std::vector<double> host(static_cast<std::size_t>(ndata_ * (nv + 2)));
+    layer_.download(out_, std::span(host));
+    layer_.fence();
+    for (index_t k = 0; k < nv; ++k)
+      for (index_t i = 0; i < ndata_; ++i) dobs(i, k) = host[static_cast<std::size_t>(i + k * ndata_)];
+    std::copy_n(host.begin() + ndata_ * nv, ndata_, o.begin());
+    std::copy_n(host.begin() + ndata_ * (nv + 1), ndata_, bvar.begin());
   }
 
   /// As the host shard's: β held at `beta` (empty: profiled again); the constants go down again.

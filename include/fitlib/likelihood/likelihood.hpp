@@ -372,6 +372,32 @@ class Likelihood {
       for (index_t b = 0; b < bins.size(); ++b) dobs(b, j) = dm(b, j);
   }
 
+  /// What a postfit histogram needs of the data bins at x with bin-by-bin statistics (rabbit's postfit yields with
+  /// the profiled β, §2.5): each data bin's summed yield with β̂(x) applied, `o` (`[nbins]`); its derivatives along
+  /// each column of `v` (`[n × k]`) through β̂(x), `dobs` (`[nbins × k]`); and the variance β's own uncertainty adds
+  /// beyond the parameters', cᵀ·G_ββ⁻¹·c with c = ∂ν̃/∂β (bbstat.hpp, beta_variance), `beta_var` (`[nbins]`). With
+  /// C the parameters' covariance, (J·C·Jᵀ)_bb + beta_var_b is the variance of the joint fit of x and β. Without
+  /// bin-by-bin statistics: the observables of the data bins and zeros. Separable data terms, in one process.
+  void postfit_observables(std::span<const double> x, ConstBlockView<double> v, std::span<double> o, BlockView<double> dobs, std::span<double> beta_var) {
+    if (distributed())
+      throw usage_error("the yields' derivatives read the templates of bins that other MPI ranks hold; compute them in one process "
+                        "(cpu::Threads splits the bins over threads)");
+    if (bin_by_bin_per_bin() > 0 && opts_.data_term == DataTerm::covariance)
+      throw usage_error("postfit yields with bin-by-bin statistics need a separable data term (Poisson or χ²), not the covariance term");
+    const index_t nb = model_->nbins(), k = v.empty() ? 0 : v.cols;
+    if (k > 0) require(v.rows == nparams_, "direction block", nparams_, k, v);
+    if (static_cast<index_t>(o.size()) != nb || static_cast<index_t>(beta_var.size()) != nb || (k > 0 && (dobs.rows != nb || dobs.cols != k)))
+      throw usage_error("postfit_observables of " + std::to_string(nb) + " data bins along " + std::to_string(k) + " directions need outputs of " +
+                        std::to_string(nb) + ", " + std::to_string(nb) + " × " + std::to_string(k) + " and " + std::to_string(nb) + " entries");
+    const auto xv = column(x);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      const index_t b0 = shards_.data_offset(s), nd = shards_[s].ndata();
+      const auto at = static_cast<std::size_t>(b0);
+      shards_[s].histogram(xv, v, o.subspan(at, static_cast<std::size_t>(nd)), k > 0 ? BlockView<double>(dobs.data + b0, nd, k, dobs.ld) : BlockView<double>{},
+                           beta_var.subspan(at, static_cast<std::size_t>(nd)));
+    }
+  }
+
   /// Bin-by-bin parameters per data bin: 1 (lite) or nprocs (full); 0 without bin-by-bin statistics.
   index_t bin_by_bin_per_bin() const { return bb_per_bin_; }
 

@@ -187,6 +187,23 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     }
   }
 
+  /// What a postfit histogram needs of the shard's data bins (bin_algebra.hpp, histogram_bin): their summed yields with
+  /// β̂(x) applied (`o`, `[ndata]`), the derivatives of those along each column of `v` through β̂(x) (`dobs`,
+  /// `[ndata × nv]`) and the variance β's own uncertainty adds (`bvar`, `[ndata]`). Separable data terms.
+  void histogram(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> o, BlockView<double> dobs, std::span<double> bvar) {
+    const index_t P = nprocs_, nv = v.empty() ? 0 : v.cols;
+    prepare_columns(x.block_cols(0, 1), v);
+    bind_slots({}, 1);
+    const detail::BinPass<Cells> pass = bin_pass(bb_, 1, nv, v);
+    double* L = cell_L_.data();
+    std::vector<double> beta(static_cast<std::size_t>(P)), db(static_cast<std::size_t>(P)), m(static_cast<std::size_t>(P)),
+        dm(static_cast<std::size_t>(P)), work(static_cast<std::size_t>(3 * P));
+    for (index_t i = 0; i < ndata_; ++i) {
+      tpl_.forward(i, cols_.coef(), 1 + nv, L, true);
+      detail::histogram_bin(pass, i, i, L, P, o.data(), dobs, bvar.data(), beta.data(), db.data(), m.data(), dm.data(), work.data(), scratch());
+    }
+  }
+
   /// Holds every β of the shard's data bins at `beta` (`[ndata × per_bin]`, as bin_by_bin_parameters
   /// writes it) instead of profiling it, so derivatives are those at fixed β (the stat-only
   /// uncertainty without template statistics, rabbit-likelihood-and-format.md §5.1); an empty span
