@@ -391,11 +391,9 @@ FITLIB_HOST_DEVICE inline BinCurvature profile_bin(const BinByBinStatsView& st, 
 /// global impact (§5.2). dβ̂ solves G_ββ·dβ̂ = −G_βm·dm (implicit function theorem on ∂G/∂β = 0, G
 /// the bin's joint term, §3.4); in full mode G_ββ = diag(L_β'') + D''·c·cᵀ (c = m for multiplicative
 /// β, √sumw2 for additive) is inverted by Sherman–Morrison. `beta`: β̂ of the bin (per_bin entries).
-/// Fixed entries do not move and weigh nothing. Separable data terms only. `work`: 3·P doubles. With `db` (per_bin
-/// entries, zero on entry), dβ̂ itself is written there too.
+/// Fixed entries do not move and weigh nothing. Separable data terms only. `work`: 3·P doubles.
 FITLIB_HOST_DEVICE inline double beta_response_variance(const BinByBinStatsView& st, index_t i, DataTerm term, double n, double aux,
-                                                        const double* m, const double* dm, index_t P, const double* beta, double* work,
-                                                        double* db_out = nullptr) {
+                                                        const double* m, const double* dm, index_t P, const double* beta, double* work) {
   if (!st.enabled) return 0;
   if (st.mode == BinByBinMode::lite) {
     const auto at = static_cast<std::size_t>(i);
@@ -409,7 +407,6 @@ FITLIB_HOST_DEVICE inline double beta_response_variance(const BinByBinStatsView&
     if (!st.multiplicative()) {  // ∂G/∂β = D'(ν + sβ)·s + β − β₀
       const double s = st.sigma[at], d2 = data_term(term, nu + s * b, n, aux).d2;
       const double db = -d2 * s * dnu / (d2 * s * s + 1);
-      if (db_out) db_out[0] = db;
       return db * db;
     }
     // ∂G/∂β = D'(βA + Z)·A + L_β'(β), A the active cells' yield.
@@ -422,7 +419,6 @@ FITLIB_HOST_DEVICE inline double beta_response_variance(const BinByBinStatsView&
     const BinTerm t = data_term(term, b * A + Z, n, aux);
     const double l2 = beta_term(st.type, b, st.kstat[at], st.beta0[at]).d2;
     const double db = -(t.d2 * A * (b * dA + dZ) + t.w * dA) / (t.d2 * A * A + l2);
-    if (db_out) db_out[0] = db;
     return l2 * db * db;
   }
   // Full mode, one β per cell.
@@ -452,61 +448,66 @@ FITLIB_HOST_DEVICE inline double beta_response_variance(const BinByBinStatsView&
   for (index_t p = 0; p < P; ++p) {
     if (l2[p] == 0) continue;
     const double db = rhs[p] / l2[p] - t.d2 * (c[p] / l2[p]) * crhs / (1 + t.d2 * cc);
-    if (db_out) db_out[p] = db;
     var += l2[p] * db * db;
   }
   return var;
 }
 
-/// What β does to data bin `i`'s summed yield: ν̃ = Σ_p c_p·m_p, c_p the β that scales cell p (1 where none
-/// does), plus Σ_e s_e·β_e for the additive type, at β = `beta` (per_bin entries); and the derivative of ν̃ along
-/// the cell yields' change `dm` (P entries, or null) while β moves by `db` (per_bin entries, or null: β held).
-struct BetaAppliedYield {
-  double value = 0, derivative = 0;
-};
-
-FITLIB_HOST_DEVICE inline BetaAppliedYield beta_applied_yield(const BinByBinStatsView& st, index_t i, const double* m, const double* dm, index_t P,
-                                                              const double* beta, const double* db) {
-  BetaAppliedYield y;
-  if (!st.enabled) {
-    for (index_t p = 0; p < P; ++p) {
-      y.value += m[p];
-      y.derivative += dm ? dm[p] : 0.0;
-    }
-    return y;
+/// How data bin `i`'s summed yield with β̂ applied, ν̃(m, β̂(m)), moves with its cell yields m before β: the weights
+/// w (P entries) of dν̃ = Σ_p w_p·dm_p, β̂'s response taken by the implicit function theorem on ∂G/∂β = 0 (as
+/// beta_response_variance takes it) and folded in; `beta` is β̂ of the bin (per_bin entries, profile_bin's). Returns
+/// ν̃ = Σ_p c_p·m_p (c_p the β that scales cell p, 1 where none does) plus the additive type's Σ s·β. Lite,
+/// multiplicative: ν̃ = βA + Z, w = β − A·(D''·A·β + D')/G_ββ on the cells β scales, 1 − D''·A²/G_ββ on the rest;
+/// additive: ν̃ = ν + s·β, w = 1/(1 + D''·s²); full: w_p = (c_p − D'·m_p/L_β''_p)/(1 + D''·Σ c²/L_β'') with c = β
+/// (multiplicative; the D' term only there) or 1 (additive). Fixed entries keep β₀ and respond with nothing.
+FITLIB_HOST_DEVICE inline double profiled_yield_weights(const BinByBinStatsView& st, index_t i, DataTerm term, double n, double aux, const double* m,
+                                                        index_t P, const double* beta, double* w) {
+  double nu = 0;
+  for (index_t p = 0; p < P; ++p) {
+    w[p] = 1.0;
+    nu += m[p];
   }
+  if (!st.enabled) return nu;
   if (st.mode == BinByBinMode::lite) {
     const auto at = static_cast<std::size_t>(i);
-    const double b = beta[0], d = db ? db[0] : 0.0;
+    const double b = beta[0];
+    const bool fixed = st.fixed[at];
     if (!st.multiplicative()) {  // ν + s·β
-      for (index_t p = 0; p < P; ++p) {
-        y.value += m[p];
-        y.derivative += dm ? dm[p] : 0.0;
+      const double s = st.sigma[at], nt = nu + s * b;
+      if (!fixed) {
+        const double d2 = data_term(term, nt, n, aux).d2;
+        for (index_t p = 0; p < P; ++p) w[p] = 1 / (1 + d2 * s * s);
       }
-      y.value += st.sigma[at] * b;
-      y.derivative += st.sigma[at] * d;
-      return y;
+      return nt;
     }
     const unsigned char* act = st.active + i * P;  // β·A + Z
-    for (index_t p = 0; p < P; ++p) {
-      y.value += act[p] ? b * m[p] : m[p];
-      y.derivative += (dm ? (act[p] ? b * dm[p] : dm[p]) : 0.0) + (act[p] ? m[p] * d : 0.0);
-    }
-    return y;
+    double A = 0, Z = 0;
+    for (index_t p = 0; p < P; ++p) (act[p] ? A : Z) += m[p];
+    const double nt = b * A + Z;
+    for (index_t p = 0; p < P; ++p) w[p] = act[p] ? b : 1.0;
+    if (fixed) return nt;
+    const BinTerm t = data_term(term, nt, n, aux);
+    const double gbb = t.d2 * A * A + beta_term(st.type, b, st.kstat[at], st.beta0[at]).d2;
+    for (index_t p = 0; p < P; ++p) w[p] -= A * (act[p] ? t.d2 * A * b + t.w : t.d2 * A) / gbb;
+    return nt;
   }
   const auto at = static_cast<std::size_t>(i * P);
+  const bool mult = st.multiplicative();
+  double nt = 0, cc = 0;
+  for (index_t p = 0; p < P; ++p) nt += mult ? beta[p] * m[p] : m[p] + st.sigma[at + static_cast<std::size_t>(p)] * beta[p];
+  const BinTerm t = data_term(term, nt, n, aux);
   for (index_t p = 0; p < P; ++p) {
-    const double b = beta[p], d = db ? db[p] : 0.0, dmp = dm ? dm[p] : 0.0;
-    if (st.multiplicative()) {  // Σ β_p·m_p
-      y.value += b * m[p];
-      y.derivative += b * dmp + m[p] * d;
-    } else {  // Σ m_p + s_p·β_p
-      const double s = st.sigma[at + static_cast<std::size_t>(p)];
-      y.value += m[p] + s * b;
-      y.derivative += dmp + s * d;
-    }
+    const auto e = at + static_cast<std::size_t>(p);
+    w[p] = mult ? beta[p] : 1.0;
+    if (st.fixed[e]) continue;
+    const double l2 = beta_term(st.type, beta[p], st.kstat[e], st.beta0[e]).d2;
+    if (!(l2 > 0)) continue;
+    const double c = mult ? m[p] : st.sigma[e];
+    cc += c * c / l2;
+    if (mult) w[p] -= t.w * m[p] / l2;
   }
-  return y;
+  for (index_t p = 0; p < P; ++p) w[p] /= 1 + t.d2 * cc;
+  return nt;
 }
 
 /// The per-process yields of data bin `i` with β at `beta`: c_p·m_p (`out`, P entries); the additive type's

@@ -208,29 +208,46 @@ FITLIB_HOST_DEVICE inline void variance_bin(const BinPass<Cells>& a, index_t i, 
   }
 }
 
-/// What a postfit histogram needs of data bin i with bin-by-bin statistics (rabbit's _expected_with_variance): its
-/// summed yield with β̂ applied (`o[r]`), that yield's derivatives along the nv directions through β̂(x) (`dobs(r, k)`,
-/// dβ̂ by the implicit function theorem, beta_response_variance) and the variance β's own uncertainty adds (`bvar[r]`,
-/// bbstat.hpp's beta_variance at the data term's curvature). Without bin-by-bin statistics: Σ_p ν_p, its derivatives,
-/// 0. L holds point 0's products then the directions'; `beta`, `db` (per_bin), `m0`, `dm` (P each) and `work` (3·P)
-/// are workspaces besides s.
+/// Bin i's summed yield at point 0 for a postfit histogram, from its cell yields (cell_yields into s.m): with
+/// `profiled` (a data bin with its β profiled), β̂ applied, the weights w (P) of its derivative along the cell yields
+/// with β̂'s response folded in (bbstat.hpp, profiled_yield_weights) and the variance β's own uncertainty adds
+/// (beta_variance at the data term's curvature, into `bvar`); otherwise Σ_p ν_p, w = 1 and 0 (β held at β₀ = 1, or
+/// no β: a masked bin, or prefit). `beta` (per_bin) is a workspace besides s.
 template <class Cells>
-FITLIB_HOST_DEVICE inline void histogram_bin(const BinPass<Cells>& a, index_t i, index_t r, const double* L, index_t ldL, double* o, BlockView<double> dobs,
-                                             double* bvar, double* beta, double* db, double* m0, double* dm, double* work, const BinScratch& s) {
-  const index_t P = a.P, per = a.bb.per_bin();
+FITLIB_HOST_DEVICE inline double yield_weights(const BinPass<Cells>& a, index_t i, bool profiled, double* beta, double* w, double* bvar,
+                                               const BinScratch& s) {
+  const index_t P = a.P;
+  *bvar = 0;
+  if (!profiled) {
+    double nu = 0;
+    for (index_t p = 0; p < P; ++p) {
+      w[p] = 1.0;
+      nu += s.m[p];
+    }
+    return nu;
+  }
   const SlotView& d = a.slots[0];
   const double n = d.n[i], aux = d.aux[i];
+  profile_bin(a.bb, i, a.term, n, aux, s.m, P, s.g, s.delta, s.u1, s.u2, beta);
+  const double nu = profiled_yield_weights(a.bb, i, a.term, n, aux, s.m, P, beta, w);
+  *bvar = beta_variance(a.bb, i, s.m, P, beta, data_term(a.term, nu, n, aux).d2);
+  return nu;
+}
+
+/// The row J (nv entries, stride 1) of bin i's summed yield's derivatives along the nv directions of the pass, which
+/// a postfit histogram's propagation reads (yield_weights; the directions the unit vectors of the parameters on a
+/// device layer, whose forward GEMM against them gives every cell's effective row, as its Hessian's does). `o` and
+/// `bvar` get the yield and β's own variance; `beta` (per_bin), `w` and `dm` (P each) are workspaces besides s.
+template <class Cells>
+FITLIB_HOST_DEVICE inline void jacobian_bin(const BinPass<Cells>& a, index_t i, const double* L, index_t ldL, bool profiled, double* o, double* J,
+                                            double* bvar, double* beta, double* w, double* dm, const BinScratch& s) {
   cell_yields(a, i, 0, L, s.cy, s.m);
-  for (index_t p = 0; p < P; ++p) m0[p] = s.m[p];
-  profile_bin(a.bb, i, a.term, n, aux, m0, P, s.g, s.delta, s.u1, s.u2, beta);
-  const double nu = beta_applied_yield(a.bb, i, m0, nullptr, P, beta, nullptr).value;
-  o[r] = nu;
-  bvar[r] = beta_variance(a.bb, i, m0, P, beta, data_term(a.term, nu, n, aux).d2);
+  *o = yield_weights(a, i, profiled, beta, w, bvar, s);
   for (index_t k = 0; k < a.nv; ++k) {
     direction_yields(a, i, L, ldL, s, k, dm);
-    for (index_t e = 0; e < per; ++e) db[e] = 0.0;
-    (void)beta_response_variance(a.bb, i, a.term, n, aux, m0, dm, P, beta, work, db);
-    dobs(r, k) = beta_applied_yield(a.bb, i, m0, dm, P, beta, db).derivative;
+    double d = 0;
+    for (index_t p = 0; p < a.P; ++p) d += w[p] * dm[p];
+    J[k] = d;
   }
 }
 

@@ -44,8 +44,8 @@ struct ScratchLayout {
   index_t P = 0, nx = 0;
   bool variance = false;  ///< the variance pass's extra doubles
   /// Per bin: P·nx cell yields, nx curvatures, and doubles for g, δ, u₁, u₂ (P·nx each), m (P)
-  /// and, in the variance and histogram passes, β̂, dβ̂, m₀, dm and work (7·P).
-  FITLIB_HOST_DEVICE index_t doubles() const { return 4 * P * nx + P + (variance ? 7 * P : 0); }
+  /// and, in the variance pass, β̂, m₀, dm and work (6·P; the Jacobian pass uses β̂, w and dm of them).
+  FITLIB_HOST_DEVICE index_t doubles() const { return 4 * P * nx + P + (variance ? 6 * P : 0); }
   FITLIB_HOST_DEVICE BinScratch at(const BinScratch& base, index_t t) const {
     double* d = base.g + t * doubles();
     const index_t pn = P * nx;
@@ -122,19 +122,19 @@ struct VarianceBinKernel {
 };
 
 template <class Cells>
-struct HistogramBinKernel {
+struct JacobianBinKernel {
   BinPass<Cells> pass;
-  index_t first;
+  index_t first, range0, ndata;
+  bool profiled;
   const double* L;
   index_t ldL;
-  double *o, *bvar;        ///< `[ndata]` each
-  BlockView<double> dobs;  ///< `[ndata × nv]`
+  double *o, *J, *bvar;  ///< rows r = i − range0; J `[rows × nv]` row-major
   ScratchLayout layout;
   BinScratch scratch;  ///< the chunk's base: bin t's at layout.at(scratch, t)
   FITLIB_HOST_DEVICE void operator()(index_t t) const {
-    const index_t i = first + t, P = pass.P;
+    const index_t i = first + t, r = i - range0, P = pass.P;
     double* e = layout.extra(scratch, t);
-    histogram_bin(pass, i, i, L + i * P, ldL, o, dobs, bvar, e, e + P, e + 2 * P, e + 3 * P, e + 4 * P, layout.at(scratch, t));
+    jacobian_bin(pass, i, L + r * P, ldL, profiled && i < ndata, o + r, J + r * pass.nv, bvar + r, e, e + P, e + 2 * P, layout.at(scratch, t));
   }
 };
 
@@ -242,11 +242,7 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
                BlockView<double> coupled_rows = {}, index_t slot = 0) {
     const index_t n = nparams();
     const ConstBlockView<double> xj = x.block_cols(j, 1);
-    if (static_cast<index_t>(eye_.size()) != n * n) {
-      eye_.assign(static_cast<std::size_t>(n * n), 0.0);
-      for (index_t k = 0; k < n; ++k) eye_[static_cast<std::size_t>(k * n + k)] = 1.0;
-    }
-    const ConstBlockView<double> I(eye_.data(), n, n);
+    const ConstBlockView<double> I = identity(n);
     std::vector<double> h(static_cast<std::size_t>(n * n)), zeros;
     PartialRequest rq;
     rq.x = xj;
@@ -307,28 +303,28 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
       for (index_t k = 0; k < nv; ++k) var[static_cast<std::size_t>(k)] += part[static_cast<std::size_t>(i * nv + k)];
   }
 
-  /// As the host shard's: the data bins' summed yields with β̂ applied, their derivatives through β̂(x) and β's own
-  /// variance, one per-bin kernel over the forward products.
-  void histogram(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> o, BlockView<double> dobs, std::span<double> bvar) {
-    const index_t nv = v.empty() ? 0 : v.cols;
-    cols_.prepare(x.block_cols(0, 1), v);
-    const detail::BinPass<Cells> pass = bin_pass(stats_, bb_, 1, nv, v, {});
-    forward({0, ndata_}, 1 + nv);
-    // Outputs packed: dobs [ndata × nv], then o and bvar [ndata] each.
-    layer_.zero(out_, ndata_ * (nv + 2));
+  /// As the host shard's: the local bins `r`' yields, their derivatives along every parameter (the forward GEMM
+  /// against the unit directions gives every cell's effective row, as for the Hessian) and β's own variance.
+  void jacobian(ConstBlockView<double> x, BinRange r, bool profiled, std::span<double> o, std::span<double> J, std::span<double> bvar) {
+    const index_t n = nparams(), nr = r.size();
+    const ConstBlockView<double> I = identity(n);
+    cols_.prepare(x.block_cols(0, 1), I);
+    const detail::BinPass<Cells> pass = bin_pass(stats_, bb_, 1, n, I, {});
+    forward(r, 1 + n);
+    // Outputs packed: J [nr × n] row-major, then o and bvar [nr] each.
+    layer_.zero(out_, nr * (n + 2));
     double* out = layer_.data(out_);
     const detail::ScratchLayout lay{P_, 1, true};
-    for_chunks(ndata_, lay, [&](index_t first, index_t count) {
-      layer_.launch(count, detail::HistogramBinKernel<Cells>{pass, first, layer_.data(L_), ndata_ * P_, out + ndata_ * nv, out + ndata_ * (nv + 1),
-                                                             BlockView<double>(out, ndata_, nv), lay, scratch_base()});
+    for_chunks(nr, lay, [&](index_t first, index_t count) {
+      layer_.launch(count, detail::JacobianBinKernel<Cells>{pass, r.begin + first, r.begin, ndata_, profiled, layer_.data(L_), nr * P_, out + nr * n,
+                                                            out, out + nr * (n + 1), lay, scratch_base()});
     });
-    std::vector<double> host(static_cast<std::size_t>(ndata_ * (nv + 2)));
+    std::vector<double> host(static_cast<std::size_t>(nr * (n + 2)));
     layer_.download(out_, std::span(host));
     layer_.fence();
-    for (index_t k = 0; k < nv; ++k)
-      for (index_t i = 0; i < ndata_; ++i) dobs(i, k) = host[static_cast<std::size_t>(i + k * ndata_)];
-    std::copy_n(host.begin() + ndata_ * nv, ndata_, o.begin());
-    std::copy_n(host.begin() + ndata_ * (nv + 1), ndata_, bvar.begin());
+    std::copy_n(host.begin(), nr * n, J.begin());
+    std::copy_n(host.begin() + nr * n, nr, o.begin());
+    std::copy_n(host.begin() + nr * (n + 1), nr, bvar.begin());
   }
 
   /// As the host shard's: β held at `beta` (empty: profiled again); the constants go down again.
@@ -368,6 +364,15 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   }
 
  private:
+  /// The n × n identity (kept): the unit directions of every parameter.
+  ConstBlockView<double> identity(index_t n) {
+    if (static_cast<index_t>(eye_.size()) != n * n) {
+      eye_.assign(static_cast<std::size_t>(n * n), 0.0);
+      for (index_t k = 0; k < n; ++k) eye_[static_cast<std::size_t>(k * n + k)] = 1.0;
+    }
+    return {eye_.data(), n, n};
+  }
+
   struct DeviceSlot {
     buffer<double> n, aux;
     buffer<std::uint8_t> bins;

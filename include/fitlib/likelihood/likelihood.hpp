@@ -372,29 +372,32 @@ class Likelihood {
       for (index_t b = 0; b < bins.size(); ++b) dobs(b, j) = dm(b, j);
   }
 
-  /// What a postfit histogram needs of the data bins at x with bin-by-bin statistics (rabbit's postfit yields with
-  /// the profiled β, §2.5): each data bin's summed yield with β̂(x) applied, `o` (`[nbins]`); its derivatives along
-  /// each column of `v` (`[n × k]`) through β̂(x), `dobs` (`[nbins × k]`); and the variance β's own uncertainty adds
-  /// beyond the parameters', cᵀ·G_ββ⁻¹·c with c = ∂ν̃/∂β (bbstat.hpp, beta_variance), `beta_var` (`[nbins]`). With
-  /// C the parameters' covariance, (J·C·Jᵀ)_bb + beta_var_b is the variance of the joint fit of x and β. Without
-  /// bin-by-bin statistics: the observables of the data bins and zeros. Separable data terms, in one process.
-  void postfit_observables(std::span<const double> x, ConstBlockView<double> v, std::span<double> o, BlockView<double> dobs, std::span<double> beta_var) {
+  /// What a postfit histogram propagates: the summed yields of the bins `bins` (any, masked included) at x, `o`
+  /// (`[bins.size()]`), and their derivatives along every parameter, `J` (`[bins.size() × n]` row-major), from the
+  /// cells' effective template rows (no product with a block of directions). With `profiled` and bin-by-bin
+  /// statistics (rabbit's postfit yields, §2.5), the data bins' yields carry β̂(x) and J its response, and `beta_var`
+  /// gets the variance β's own uncertainty adds, cᵀ·G_ββ⁻¹·c with c = ∂ν̃/∂β (bbstat.hpp, beta_variance), so that with
+  /// C the parameters' covariance (J·C·Jᵀ)_bb + beta_var_b is the variance of the joint fit of x and β; otherwise
+  /// β is held at β₀ and `beta_var` is 0. Separable data terms with β profiled; in one process.
+  void yield_jacobian(std::span<const double> x, BinRange bins, bool profiled, std::span<double> o, std::span<double> J, std::span<double> beta_var) {
     if (distributed())
       throw usage_error("the yields' derivatives read the templates of bins that other MPI ranks hold; compute them in one process "
                         "(cpu::Threads splits the bins over threads)");
-    if (bin_by_bin_per_bin() > 0 && opts_.data_term == DataTerm::covariance)
+    if (profiled && bin_by_bin_per_bin() > 0 && opts_.data_term == DataTerm::covariance)
       throw usage_error("postfit yields with bin-by-bin statistics need a separable data term (Poisson or χ²), not the covariance term");
-    const index_t nb = model_->nbins(), k = v.empty() ? 0 : v.cols;
-    if (k > 0) require(v.rows == nparams_, "direction block", nparams_, k, v);
-    if (static_cast<index_t>(o.size()) != nb || static_cast<index_t>(beta_var.size()) != nb || (k > 0 && (dobs.rows != nb || dobs.cols != k)))
-      throw usage_error("postfit_observables of " + std::to_string(nb) + " data bins along " + std::to_string(k) + " directions need outputs of " +
-                        std::to_string(nb) + ", " + std::to_string(nb) + " × " + std::to_string(k) + " and " + std::to_string(nb) + " entries");
+    if (bins.begin < 0 || bins.end > model_->nbins_full() || bins.begin >= bins.end)
+      throw usage_error("yield_jacobian of bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "), outside the model's " +
+                        std::to_string(model_->nbins_full()) + " bins");
+    const auto nb = static_cast<std::size_t>(bins.size()), n = static_cast<std::size_t>(nparams_);
+    if (o.size() != nb || beta_var.size() != nb || J.size() != nb * n)
+      throw usage_error("yield_jacobian of " + std::to_string(nb) + " bins needs outputs of " + std::to_string(nb) + ", " + std::to_string(nb) + " × " +
+                        std::to_string(n) + " and " + std::to_string(nb) + " entries");
     const auto xv = column(x);
-    for (std::size_t s = 0; s < shards_.size(); ++s) {
-      const index_t b0 = shards_.data_offset(s), nd = shards_[s].ndata();
-      const auto at = static_cast<std::size_t>(b0);
-      shards_[s].histogram(xv, v, o.subspan(at, static_cast<std::size_t>(nd)), k > 0 ? BlockView<double>(dobs.data + b0, nd, k, dobs.ld) : BlockView<double>{},
-                           beta_var.subspan(at, static_cast<std::size_t>(nd)));
+    for (auto& s : shards_) {
+      const BinRange held = s.bins(), both{std::max(held.begin, bins.begin), std::min(held.end, bins.end)};
+      if (both.begin >= both.end) continue;
+      const auto at = static_cast<std::size_t>(both.begin - bins.begin), len = static_cast<std::size_t>(both.size());
+      s.jacobian(xv, {both.begin - held.begin, both.end - held.begin}, profiled, o.subspan(at, len), J.subspan(at * n, len * n), beta_var.subspan(at, len));
     }
   }
 

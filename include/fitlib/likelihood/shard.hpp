@@ -187,20 +187,33 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     }
   }
 
-  /// What a postfit histogram needs of the shard's data bins (bin_algebra.hpp, histogram_bin): their summed yields with
-  /// β̂(x) applied (`o`, `[ndata]`), the derivatives of those along each column of `v` through β̂(x) (`dobs`,
-  /// `[ndata × nv]`) and the variance β's own uncertainty adds (`bvar`, `[ndata]`). Separable data terms.
-  void histogram(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> o, BlockView<double> dobs, std::span<double> bvar) {
-    const index_t P = nprocs_, nv = v.empty() ? 0 : v.cols;
-    prepare_columns(x.block_cols(0, 1), v);
+  /// The derivatives of the local bins `r`' summed yields (any bins, masked included) along every parameter at x,
+  /// what a postfit histogram propagates: `J` (`[r.size() × nparams]` row-major), built from the cells' effective
+  /// template rows as the Hessian's bin rows are (no product with a block of directions), with the yields (`o`) and
+  /// β's own variance (`bvar`). With `profiled` the data bins' yields carry β̂(x) and J its response
+  /// (bin_algebra.hpp, yield_weights); otherwise β is held at β₀.
+  void jacobian(ConstBlockView<double> x, BinRange r, bool profiled, std::span<double> o, std::span<double> J, std::span<double> bvar) {
+    const index_t P = nprocs_, S = nsyst(), npoi = this->npoi(), n = nparams();
+    prepare_columns(x.block_cols(0, 1), {});
     bind_slots({}, 1);
-    const detail::BinPass<Cells> pass = bin_pass(bb_, 1, nv, v);
-    double* L = cell_L_.data();
-    std::vector<double> beta(static_cast<std::size_t>(P)), db(static_cast<std::size_t>(P)), m(static_cast<std::size_t>(P)),
-        dm(static_cast<std::size_t>(P)), work(static_cast<std::size_t>(3 * P));
-    for (index_t i = 0; i < ndata_; ++i) {
-      tpl_.forward(i, cols_.coef(), 1 + nv, L, true);
-      detail::histogram_bin(pass, i, i, L, P, o.data(), dobs, bvar.data(), beta.data(), db.data(), m.data(), dm.data(), work.data(), scratch());
+    const detail::BinPass<Cells> pass = bin_pass(bb_, 1, 0);
+    const double* dg = cols_.symmetric() ? nullptr : cols_.dg();
+    std::vector<double> beta(static_cast<std::size_t>(P)), w(static_cast<std::size_t>(P)), e(static_cast<std::size_t>(S));
+    for (index_t i = r.begin; i < r.end; ++i) {
+      const index_t nc = tpl_.cells(i), row = i - r.begin;
+      for (index_t c = 0; c < nc; ++c) cell_L_[static_cast<std::size_t>(c)] = tpl_.dot(i, c, cols_.coef());
+      detail::cell_yields(pass, i, 0, cell_L_.data(), cells_.data(), m_.data());
+      o[static_cast<std::size_t>(row)] = detail::yield_weights(pass, i, profiled && i < ndata_, beta.data(), w.data(), &bvar[static_cast<std::size_t>(row)], scratch());
+      double* j = J.data() + row * n;
+      std::fill_n(j, n, 0.0);
+      for (index_t cc = 0; cc < nc; ++cc) {
+        const auto& c = cells_[static_cast<std::size_t>(cc)];
+        const index_t p = tpl_.process(i, cc);
+        const double wp = w[static_cast<std::size_t>(p)];
+        tpl_.effective_row(i, cc, dg, e.data());
+        detail::axpy(wp * c.d_L, e.data(), j + npoi, S);
+        if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0) j[q] += wp * c.d_mu;
+      }
     }
   }
 

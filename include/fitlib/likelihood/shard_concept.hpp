@@ -41,7 +41,7 @@ concept shard_core = requires(S& s, const S& cs, std::shared_ptr<const Model> m,
   s.hessian(x, k, out, x, out, k);
 };
 
-/// What the postfit helpers and the coupled terms call: yields, β̂ and its variance, the histogram pass, fixed-β
+/// What the postfit helpers and the coupled terms call: yields, β̂ and its variance, the yields' Jacobian, fixed-β
 /// evaluation, the observables of a bin range and the covariance term's per-bin aggregates.
 template <class S>
 concept shard_postfit = requires(S& s, ConstBlockView<double> x, BlockView<double> out, index_t k, std::span<double> o,
@@ -49,7 +49,7 @@ concept shard_postfit = requires(S& s, ConstBlockView<double> x, BlockView<doubl
   s.yields(x, k, o);
   s.bin_by_bin_parameters(x, o, x);
   s.bin_by_bin_variance(x, x, o);
-  s.histogram(x, x, o, out, o);
+  s.jacobian(x, r, true, o, o, o);
   s.fix_bin_by_bin(c);
   s.observables(x, x, r, out, out);
   s.coupled_aggregates(x, x, out, out, out, out);
@@ -70,7 +70,7 @@ constexpr bool check_shard() {
                 "the shard lacks the core contract: a constructor (model, bins, resource, options, index), bins(), ndata(), index(), "
                 "model(), set_data, set_slot, clear_slots, partials(PartialRequest), fence() and hessian (likelihood/shard_concept.hpp)");
   static_assert(shard_postfit<S>,
-                "the shard lacks the postfit contract: yields, bin_by_bin_parameters, bin_by_bin_variance, histogram, fix_bin_by_bin, observables "
+                "the shard lacks the postfit contract: yields, bin_by_bin_parameters, bin_by_bin_variance, jacobian, fix_bin_by_bin, observables "
                 "and coupled_aggregates (likelihood/shard_concept.hpp)");
   return true;
 }

@@ -23,9 +23,9 @@ namespace fitlib {
 /// The predictions of every bin, masked channels included (rabbit's unfolded yields), per process and summed, before
 /// and after the fit, as rabbit's --saveHists --saveHistsPerProcess --computeHistErrors writes them. The variance of
 /// each bin's sum comes from the parameters' covariance C by linear propagation, var_b = (J·C·Jᵀ)_bb with J the
-/// sums' derivatives: computed as Σ_k (J·L)_bk² for C = L·Lᵀ, forward passes along the columns of L, so that the
-/// cost is about that of one dense Hessian, never one pass per bin. Bins are numbered as in the model (channel by
-/// channel, Model::channels). With bin-by-bin statistics, as rabbit has them: the yields carry β (β̂ postfit in the
+/// sums' derivatives along every parameter (Likelihood::yield_jacobian, built as the Hessian's rows are), as ‖R⁻¹·J_bᵀ‖²
+/// for the Hessian H = R·Rᵀ of the free parameters: bins·n² flops, a fraction of one dense Hessian's, never one pass
+/// per bin. Bins are numbered as in the model (channel by channel, Model::channels). With bin-by-bin statistics, as rabbit has them: the yields carry β (β̂ postfit in the
 /// data bins, β₀ elsewhere), J is taken through β̂(x), and each bin's variance adds cᵀ·G_ββ⁻¹·c, β's own (c = ∂ν̃/∂β;
 /// G_ββ its constraint's curvature, plus the data term's where data constrain β): the variance of the joint fit of x
 /// and β (bbstat.hpp, beta_variance).
@@ -47,30 +47,22 @@ struct Histograms {
 
 namespace detail {
 
-/// (J·L·Lᵀ·Jᵀ)_bb for every bin of `lik` at x, J the summed yields' derivatives and L `[n × m]`: forward passes
-/// along 64 columns of L at a time, which bounds the memory to 64 values per bin. `profiled`: the data bins' yields
-/// with β̂(x) applied, J through β̂(x), plus the variance β's own uncertainty adds there (Likelihood::
-/// postfit_observables); otherwise the yields at β held.
-template <class Lik>
-std::vector<double> propagated_variance(Lik& lik, std::span<const double> x, const Eigen::MatrixXd& L, bool profiled) {
-  const index_t bf = lik.model().nbins_full(), nb = profiled ? lik.model().nbins() : 0, n = lik.size();
-  constexpr index_t width = 64;
-  std::vector<double> var(static_cast<std::size_t>(bf), 0.0), o(static_cast<std::size_t>(bf)), bvar(static_cast<std::size_t>(nb));
-  const std::span<double> o_data = std::span(o).first(static_cast<std::size_t>(nb)), o_rest = std::span(o).subspan(static_cast<std::size_t>(nb));
-  if (profiled) {
-    lik.postfit_observables(x, {}, o_data, {}, bvar);
-    std::copy(bvar.begin(), bvar.end(), var.begin());
+/// Calls f(first, count, J, beta_var) for the bins of `lik` in blocks, J the block's yield Jacobian at x
+/// (`[count × n]` row-major, Likelihood::yield_jacobian, `profiled` as there) and beta_var β's own variance: blocks
+/// of at most 64 MiB of J, so that the memory stays bounded whatever the number of bins.
+template <class Lik, class F>
+void for_jacobian_blocks(Lik& lik, std::span<const double> x, bool profiled, F&& f) {
+  const index_t bf = lik.model().nbins_full(), n = lik.size();
+  const index_t block = std::clamp<index_t>(static_cast<index_t>((std::size_t{64} << 20) / sizeof(double)) / std::max<index_t>(n, 1), 1, bf);
+  std::vector<double> o, J, bvar;
+  for (index_t b0 = 0; b0 < bf; b0 += block) {
+    const index_t nb = std::min(block, bf - b0);
+    o.resize(static_cast<std::size_t>(nb));
+    bvar.resize(static_cast<std::size_t>(nb));
+    J.resize(static_cast<std::size_t>(nb * n));
+    lik.yield_jacobian(x, {b0, b0 + nb}, profiled, o, J, bvar);
+    f(b0, nb, Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(J.data(), nb, n), bvar);
   }
-  Eigen::MatrixXd d(bf, std::min<index_t>(width, std::max<index_t>(L.cols(), 1)));
-  for (index_t c0 = 0; c0 < L.cols(); c0 += width) {
-    const index_t k = std::min<index_t>(width, L.cols() - c0);
-    const ConstBlockView<double> v(L.data() + c0 * n, n, k);
-    if (nb > 0) lik.postfit_observables(x, v, o_data, BlockView<double>(d.data(), nb, k, bf), bvar);
-    if (nb < bf) lik.observables(x, v, {nb, bf}, o_rest, BlockView<double>(d.data() + nb, bf - nb, k, bf));
-    for (index_t j = 0; j < k; ++j)
-      for (index_t b = 0; b < bf; ++b) var[static_cast<std::size_t>(b)] += d(b, j) * d(b, j);
-  }
-  return var;
 }
 
 /// The yields per process `nu` (`[nbins × nprocs]`, before β) with β applied (bbstat.hpp, beta_applied_cells): β̂
@@ -118,7 +110,7 @@ void require_histograms(const Lik& lik) {
 
 /// The prefit and postfit histograms of `lik` and its fit `r`, which must carry its Hessian and covariance
 /// (FitOptions::covariance; a usage_error otherwise, as for a likelihood require_histograms refuses). In one process
-/// (Likelihood::observables).
+/// (Likelihood::yield_jacobian).
 template <class Lik>
 Histograms histograms(Lik& lik, const FitResult& r) {
   const Model& m = lik.model();
@@ -138,20 +130,22 @@ Histograms histograms(Lik& lik, const FitResult& r) {
   const std::vector<double> x0 = lik.default_parameters(), nu0 = lik.yields(x0);
   h.prefit = detail::with_beta(st, nu0, {}, nb);
   h.prefit_total = detail::process_sums(h.prefit, bf, np);
-  const index_t npoi = m.npoi();
-  index_t constrained = 0;
-  for (double w : m.constraint_weights) constrained += w > 0 ? 1 : 0;
-  Eigen::MatrixXd L0 = Eigen::MatrixXd::Zero(n, constrained);
-  for (index_t s = 0, k = 0; s < m.nsyst(); ++s)
-    if (const double w = m.constraint_weights[static_cast<std::size_t>(s)]; w > 0) L0(npoi + s, k++) = 1 / std::sqrt(w);
-  h.prefit_variance = detail::propagated_variance(lik, x0, L0, false);
+  // Prefit, C = diag(1/w) over the constrained nuisances: var_b = Σ_s J_bs²/w_s, β at β₀.
+  Eigen::VectorXd c0 = Eigen::VectorXd::Zero(n);
+  for (index_t s = 0; s < m.nsyst(); ++s)
+    if (const double w = m.constraint_weights[static_cast<std::size_t>(s)]; w > 0) c0(m.npoi() + s) = 1 / w;
+  h.prefit_variance.assign(static_cast<std::size_t>(bf), 0.0);
+  detail::for_jacobian_blocks(lik, x0, false, [&](index_t b0, index_t nbk, const auto& J, const std::vector<double>&) {
+    Eigen::Map<Eigen::VectorXd>(h.prefit_variance.data() + b0, nbk) = J.array().square().matrix() * c0;
+  });
   detail::add_prior_beta_variance(st, nu0, 0, h.prefit_variance);
 
   const std::vector<double> nu = lik.yields(r.x);
   h.postfit = detail::with_beta(st, nu, lik.bin_by_bin_parameters(r.x), nb);
   h.postfit_total = detail::process_sums(h.postfit, bf, np);
-  // C = H⁻¹ on the free parameters: with H = R·Rᵀ (the factorisation the covariance came from), L = R⁻ᵀ has L·Lᵀ = C
-  // without forming C, whose own factorisation could fail where it is ill-conditioned.
+  // C = H⁻¹ on the free parameters: with H = R·Rᵀ (the factorisation the covariance came from), J·C·Jᵀ = ‖R⁻¹·Jᵀ‖²
+  // column by column, one triangular solve per block of bins (bins·n² flops), without forming C, whose own
+  // factorisation could fail where it is ill-conditioned.
   std::vector<index_t> free;
   for (index_t i = 0; i < n; ++i)
     if (!r.frozen[static_cast<std::size_t>(i)]) free.push_back(i);
@@ -164,10 +158,13 @@ Histograms histograms(Lik& lik, const FitResult& r) {
     h.postfit_variance.assign(static_cast<std::size_t>(bf), std::numeric_limits<double>::quiet_NaN());
     return h;
   }
-  const Eigen::MatrixXd lf = llt.matrixU().solve(Eigen::MatrixXd::Identity(nf, nf));
-  Eigen::MatrixXd L = Eigen::MatrixXd::Zero(n, nf);
-  for (index_t k = 0; k < nf; ++k) L.row(free[static_cast<std::size_t>(k)]) = lf.row(k);
-  h.postfit_variance = detail::propagated_variance(lik, r.x, L, true);
+  h.postfit_variance.assign(static_cast<std::size_t>(bf), 0.0);
+  detail::for_jacobian_blocks(lik, r.x, true, [&](index_t b0, index_t nbk, const auto& J, const std::vector<double>& bvar) {
+    Eigen::MatrixXd jt(nf, nbk);  // the free columns of J, transposed
+    for (index_t k = 0; k < nf; ++k) jt.row(k) = J.col(free[static_cast<std::size_t>(k)]).transpose();
+    llt.matrixL().solveInPlace(jt);
+    for (index_t b = 0; b < nbk; ++b) h.postfit_variance[static_cast<std::size_t>(b0 + b)] = jt.col(b).squaredNorm() + bvar[static_cast<std::size_t>(b)];
+  });
   detail::add_prior_beta_variance(st, nu, nb, h.postfit_variance);
   return h;
 }
