@@ -44,6 +44,7 @@ struct Args {
   bool do_scan = false;
   std::vector<std::pair<std::string, std::string>> scan2d;  ///< --scan2D A B (repeatable)
   bool save_hists = false;
+  bool hist_cov = false;  ///< --computeHistCov
   index_t scan_points = 15;
   double scan_range = 3;
   std::vector<std::string> unblind;

@@ -161,9 +161,14 @@ TEST_CASE("hist axes: without usable channel_info the bins form ch0 and ch1_mask
     REQUIRE(t.model.channels.size() == 2);
     CHECK(t.model.channels[0].name == "ch0");
     CHECK(t.model.channels[1].name == "ch1_masked");
-    CHECK(t.model.channels[0].axes.empty());
+    // rabbit's own defaults: one Integer axis each, "obs" and "masked"
+    REQUIRE(t.model.channels[1].axes.size() == 1);
+    CHECK(t.model.channels[0].axes[0].name == "obs");
+    CHECK(t.model.channels[1].axes[0].name == "masked");
+    CHECK(t.model.channels[1].axes[0].kind == Axis::Kind::integer);
+    CHECK(t.model.channels[1].axes[0].edges.size() == 11);
     CHECK_THAT(t.channels_skipped, Contains("channel_info['ch0']'s axis 0 is a hist.axis.Regular without boost-histogram's pickled axis") &&
-                                       Contains("the bins form one channel 'ch0' and the masked ones 'ch1_masked'"));
+                                       Contains("the bins form one channel 'ch0' and the masked ones 'ch1_masked', as rabbit does for a tensor without meta"));
   }
   fitlib::test::TempDir dir;
   const std::string normal = axes_data("rabbit/test_tensor_normal.hdf5");  // real hist: one channel ch0, Regular(6, 0, 1)
@@ -219,8 +224,10 @@ TEST_CASE("hist axes: each layout read exactly, anything else refused with what 
     CHECK(a.edges[10] == 5);
     CHECK_THROWS_WITH(axis(hist_axis("Regular", "regular_none", {pk::integer(0), pk::integer(0), pk::integer(101), axis_meta("x"), pk_float(0), pk_float(1)}), 100),
                       Contains("has 101 bins, more than the tensor's 100"));
-    CHECK_THROWS_WITH(axis(hist_axis("Regular", "regular_none", {pk::integer(0), pk::integer(0), pk::integer(2), axis_meta("x"), pk_float(0), pk_float(-1)}), 100),
+    CHECK_THROWS_WITH(axis(hist_axis("Regular", "regular_none", {pk::integer(0), pk::integer(0), pk::integer(2), axis_meta("x"), pk_float(0), pk_float(0)}), 100),
                       Contains("spans"));
+    CHECK_THROWS_WITH(axis(hist_axis("Regular", "regular_none", {pk::integer(0), pk::integer(0), pk::integer(2), axis_meta("x"), pk_float(0), pk_float(-1)}), 100),
+                      Contains("not finite and increasing (at edge 1)"));
     CHECK_THROWS_WITH(axis(hist_axis("Regular", "regular_trans", {pk::integer(0), pk::integer(0), pk::string("f"), pk::string("g"), pk::none(), pk::string("cbrt"),
                                                                    pk::integer(2), axis_meta("x"), pk_float(0), pk_float(1)}), 100),
                       Contains("transformed by 'cbrt', not hist's log or sqrt"));
@@ -253,6 +260,23 @@ TEST_CASE("hist axes: each layout read exactly, anything else refused with what 
     CHECK((c.growth && !c.overflow));
     CHECK_THROWS_WITH(axis(hist_axis("StrCategory", "category_str", {pk::integer(0), pk::integer(3), pk::string("ee"), axis_meta("f")}), 100),
                       Contains("has 4 fields in its state, not the 6 of (version, count, categories..., metadata)"));
+  }
+  SECTION("hostile sizes and ranges: refused before anything is allocated") {
+    // a length whose byte count wraps around 2⁶⁴ (2⁶¹ doubles of 8 bytes: 0 bytes)
+    CHECK_THROWS_WITH(axis(hist_axis("Variable", "variable_none", {pk::integer(0), numpy_array("", "f8", std::int64_t{1} << 61), axis_meta("v")}), 100),
+                      Contains("holds 0 bytes for 2305843009213693952 values of f8"));
+    CHECK_THROWS_WITH(axis(hist_axis("Variable", "variable_none", {pk::integer(0), numpy_array(doubles_le(std::vector<double>(200, 1.0)), "f8", 200), axis_meta("v")}), 100),
+                      Contains("has 200 values, more than the tensor's bins allow"));
+    CHECK_THROWS_WITH(axis(hist_axis("Integer", "integer_none", {pk::integer(0), pk::integer(3), axis_meta("n"), pk::integer(INT64_MAX - 1)}), 100),
+                      Contains("beyond ±2⁵³"));
+    // a regular axis whose transform overflows
+    CHECK_THROWS_WITH(axis(hist_axis("Regular", "regular_trans", {pk::integer(0), pk::integer(0), pk::string("f"), pk::string("g"), pk::none(), pk::string("log"),
+                                                                   pk::integer(2), axis_meta("x"), pk_float(0), pk_float(1000)}), 100),
+                      Contains("edges that are not finite and increasing (at edge 2)"));  // e¹⁰⁰⁰
+    // Pow with a negative power: hist stores a negative width, and the edges still increase
+    const Axis inverse = axis(hist_axis("Regular", "regular_pow", {pk::integer(0), pk::integer(0), pk_float(-1), pk::integer(2), axis_meta("p"), pk_float(1), pk_float(-0.5)}), 100);
+    CHECK(inverse.edges == std::vector<double>{1, 1 / 0.75, 2});
+    CHECK(inverse.transform == "pow(-1)");
   }
   SECTION("not an axis") {
     CHECK_THROWS_WITH(axis(pk::integer(3), 100), Contains("a int, not a hist axis"));

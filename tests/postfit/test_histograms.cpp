@@ -30,9 +30,10 @@ Model histogram_model(index_t nsyst = 6) {
   return m;
 }
 
-/// diag(J·C·Jᵀ) with J the central-difference Jacobian of the bins' summed yields at x (C `[n × n]`).
+/// J·C·Jᵀ (`[bins × bins]`, column-major) with J the central-difference Jacobian of the bins' summed yields at x
+/// (C `[n × n]`).
 template <class Lik>
-std::vector<double> fd_variance(Lik& lik, const std::vector<double>& x, const std::vector<double>& C) {
+Eigen::MatrixXd fd_covariance(Lik& lik, const std::vector<double>& x, const std::vector<double>& C) {
   const std::size_t n = x.size();
   const index_t bf = lik.model().nbins_full(), np = lik.model().nprocs();
   std::vector<std::vector<double>> J(n);
@@ -49,11 +50,34 @@ std::vector<double> fd_variance(Lik& lik, const std::vector<double>& x, const st
         J[i][static_cast<std::size_t>(bin)] += (a[c] - b[c]) / (2 * h);
       }
   }
-  std::vector<double> var(static_cast<std::size_t>(bf), 0.0);
-  for (std::size_t b = 0; b < static_cast<std::size_t>(bf); ++b)
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = 0; j < n; ++j) var[b] += J[i][b] * C[i + j * n] * J[j][b];
-  return var;
+  Eigen::MatrixXd jm(bf, static_cast<index_t>(n));
+  for (std::size_t i = 0; i < n; ++i)
+    for (index_t b = 0; b < bf; ++b) jm(b, static_cast<index_t>(i)) = J[i][static_cast<std::size_t>(b)];
+  return jm * Eigen::Map<const Eigen::MatrixXd>(C.data(), static_cast<index_t>(n), static_cast<index_t>(n)) * jm.transpose();
+}
+
+/// diag(J·C·Jᵀ), as fd_covariance.
+template <class Lik>
+std::vector<double> fd_variance(Lik& lik, const std::vector<double>& x, const std::vector<double>& C) {
+  const Eigen::VectorXd d = fd_covariance(lik, x, C).diagonal();
+  return {d.data(), d.data() + d.size()};
+}
+
+/// Each channel's covariance block against the full covariance `full` (`[bins × bins]`).
+void check_channel_blocks(const Model& m, const std::vector<std::vector<double>>& blocks, const Eigen::MatrixXd& full, double tolerance) {
+  REQUIRE(blocks.size() == m.channels.size());
+  index_t b0 = 0;
+  for (std::size_t c = 0; c < blocks.size(); ++c) {
+    const index_t nb = m.channels[c].nbins;
+    REQUIRE(blocks[c].size() == static_cast<std::size_t>(nb * nb));
+    for (index_t i = 0; i < nb; ++i)
+      for (index_t j = 0; j < nb; ++j) {
+        INFO("channel " << c << " bins " << i << ", " << j);
+        const double want = full(b0 + i, b0 + j);
+        CHECK(blocks[c][static_cast<std::size_t>(i * nb + j)] == Approx(want).epsilon(tolerance).margin(tolerance * std::sqrt(full(b0 + i, b0 + i) * full(b0 + j, b0 + j))));
+      }
+    b0 += nb;
+  }
 }
 
 template <class Lik>
@@ -83,12 +107,19 @@ void check_histograms(Lik& lik, const FitResult& r) {
       const auto i = static_cast<std::size_t>(m.npoi() + s);
       c0[i + i * n] = 1 / w;
     }
-  const std::vector<double> pre = fd_variance(lik, lik.default_parameters(), c0), post = fd_variance(lik, r.x, r.covariance);
-  for (std::size_t b = 0; b < pre.size(); ++b) {
-    CHECK(h.prefit_variance[b] == Approx(pre[b]).epsilon(1e-6));
-    CHECK(h.postfit_variance[b] == Approx(post[b]).epsilon(1e-6));
-    CHECK(h.postfit_variance[b] > 0);
+  const Eigen::MatrixXd pre = fd_covariance(lik, lik.default_parameters(), c0), post = fd_covariance(lik, r.x, r.covariance);
+  for (index_t b = 0; b < pre.rows(); ++b) {
+    CHECK(h.prefit_variance[static_cast<std::size_t>(b)] == Approx(pre(b, b)).epsilon(1e-6));
+    CHECK(h.postfit_variance[static_cast<std::size_t>(b)] == Approx(post(b, b)).epsilon(1e-6));
+    CHECK(h.postfit_variance[static_cast<std::size_t>(b)] > 0);
   }
+  CHECK(h.prefit_covariance.empty());
+  // Each channel's covariance (HistogramOptions::covariance): the same variances, bit for bit, and the blocks of J·C·Jᵀ.
+  const Histograms hc = histograms(lik, r, {.covariance = true});
+  CHECK(hc.prefit_variance == h.prefit_variance);
+  CHECK(hc.postfit_variance == h.postfit_variance);
+  check_channel_blocks(m, hc.prefit_covariance, pre, 1e-6);
+  check_channel_blocks(m, hc.postfit_covariance, post, 1e-6);
 }
 
 LikelihoodOptions without_bin_by_bin() {
@@ -313,6 +344,10 @@ TEST_CASE("histograms with bin-by-bin statistics: β̂ in the yields, the varian
     for (std::size_t a = 0; a < free.size(); ++a)
       for (std::size_t b = 0; b < free.size(); ++b) Hf(static_cast<index_t>(a), static_cast<index_t>(b)) = H(free[a], free[b]);
     const Eigen::MatrixXd Cz = Hf.inverse();
+    const Histograms hc = histograms(lik, r, {.covariance = true});
+    REQUIRE(hc.postfit_covariance.size() == 2);  // the data channel, then the masked one
+    REQUIRE(mc.channels[0].nbins == nb);
+    Eigen::MatrixXd G(static_cast<index_t>(free.size()), nb);  // each data bin's gradient in z
     for (index_t b = 0; b < nb; ++b) {
       Eigen::VectorXd g(static_cast<index_t>(free.size()));
       for (std::size_t a = 0; a < free.size(); ++a) {
@@ -323,6 +358,35 @@ TEST_CASE("histograms with bin-by-bin statistics: β̂ in the yields, the varian
       }
       INFO("bin " << b);
       CHECK(h.postfit_variance[static_cast<std::size_t>(b)] == Approx(g.dot(Cz * g)).epsilon(1e-4));
+      G.col(b) = g;
+    }
+    const Eigen::MatrixXd joint_cov = G.transpose() * Cz * G;  // the covariance of the data channel's yields
+    for (index_t i = 0; i < nb; ++i)
+      for (index_t j = 0; j < nb; ++j) {
+        INFO("bins " << i << ", " << j);
+        CHECK(hc.postfit_covariance[0][static_cast<std::size_t>(i * nb + j)] ==
+              Approx(joint_cov(i, j)).epsilon(1e-4).margin(1e-4 * std::sqrt(joint_cov(i, i) * joint_cov(j, j))));
+      }
+    for (index_t b = 0; b < bf - nb; ++b)  // the masked channel's diagonal: its variances, β's prior included
+      CHECK(hc.postfit_covariance[1][static_cast<std::size_t>(b * (bf - nb) + b)] == Approx(h.postfit_variance[static_cast<std::size_t>(nb + b)]).epsilon(1e-12));
+  }
+}
+
+TEMPLATE_TEST_CASE("histograms with bin-by-bin statistics: every policy gives cpu::Serial's", "[postfit][histograms][bbstat]", FITLIB_TEST_POLICIES) {
+  const Model m = bbstat_histogram_model();
+  for (const BinByBinMode mode : {BinByBinMode::lite, BinByBinMode::full}) {
+    LikelihoodOptions o;
+    o.bin_by_bin.mode = mode;
+    o.bin_by_bin.type = BinByBinType::gamma;
+    SerialLikelihood serial(m, {}, o);
+    auto lik = test::likelihood_of<TestType>(m, 3, o);
+    const FitResult r = fit(serial, TrustRegion<Exact>{});
+    REQUIRE(r.converged());
+    const Histograms a = histograms(serial, r), b = histograms(lik, r);  // the same fit result: the propagation alone
+    for (std::size_t k = 0; k < a.postfit.size(); ++k) CHECK(b.postfit[k] == Approx(a.postfit[k]).epsilon(1e-13));
+    for (std::size_t k = 0; k < a.postfit_variance.size(); ++k) {
+      CHECK(b.prefit_variance[k] == Approx(a.prefit_variance[k]).epsilon(1e-12));
+      CHECK(b.postfit_variance[k] == Approx(a.postfit_variance[k]).epsilon(1e-12));
     }
   }
 }

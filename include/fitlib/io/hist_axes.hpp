@@ -81,7 +81,7 @@ struct NumpyArray {
   }
 };
 
-inline NumpyArray numpy_array(const Value& v, const std::string& what) {
+inline NumpyArray numpy_array(const Value& v, const std::string& what, std::size_t max_size) {
   const auto is = [&](std::string_view a, std::string_view b) { return v.text == a || v.text == b; };
   if (v.kind != Kind::object || !v.instance) unreadable(what + " is a " + std::string(pickle::kind_name(v.kind)) + ", not a numpy array");
   const Value *buffer = nullptr, *dtype = nullptr, *shape = nullptr;
@@ -107,8 +107,10 @@ inline NumpyArray numpy_array(const Value& v, const std::string& what) {
   if (order != "<" && order != "|" && !(order == "=" && std::endian::native == std::endian::little))
     unreadable(what + " has byte order '" + order + "', not little-endian");
   const std::int64_t n = integer(shape->items[0], what + "'s length");
-  if (n < 0 || static_cast<std::uint64_t>(n) * width != buffer->text.size())
-    unreadable(what + " holds " + std::to_string(buffer->text.size()) + " bytes for " + std::to_string(n) + " values of " + code);
+  const std::size_t bytes = buffer->text.size();
+  if (n < 0 || bytes % width != 0 || static_cast<std::uint64_t>(n) != bytes / width)
+    unreadable(what + " holds " + std::to_string(bytes) + " bytes for " + std::to_string(n) + " values of " + code);
+  if (static_cast<std::uint64_t>(n) > max_size) unreadable(what + " has " + std::to_string(n) + " values, more than the tensor's bins allow");
   NumpyArray out{code, std::vector<std::uint64_t>(static_cast<std::size_t>(n), 0)};
   for (std::size_t k = 0; k < out.bits.size(); ++k)
     for (std::size_t b = 0; b < width; ++b) out.bits[k] |= std::uint64_t{static_cast<unsigned char>(buffer->text[k * width + b])} << (8 * b);
@@ -229,15 +231,16 @@ inline Axis axis(const pickle::Value& v, index_t max_size) {
       } else {
         expect_fields(6, "(version, version, size, metadata, min, delta)");
       }
+      // delta < 0 where the transform reverses the order (Pow with p < 0); the edges are checked below
       const double min = number(f[n - 2], what + "'s minimum"), delta = number(f[n - 1], what + "'s width");
-      if (!std::isfinite(min) || !std::isfinite(delta) || !(delta > 0))
+      if (!std::isfinite(min) || !std::isfinite(delta) || delta == 0)
         unreadable(what + " spans [" + std::to_string(min) + ", " + std::to_string(min) + " + " + std::to_string(delta) + "]");
       a.edges = regular_edges(size_of(f[n - 4]), min, delta, a.transform, power);
       break;
     }
     case Axis::Kind::variable: {
       expect_fields(3, "(version, edges, metadata)");
-      const NumpyArray e = numpy_array(f[1], what + "'s edges");
+      const NumpyArray e = numpy_array(f[1], what + "'s edges", static_cast<std::size_t>(max_size) + 1);
       for (std::size_t k = 0; k < e.bits.size(); ++k) a.edges.push_back(e.value(k));
       if (a.edges.size() < 2) unreadable(what + " has " + std::to_string(a.edges.size()) + " edges");
       break;
@@ -247,6 +250,8 @@ inline Axis axis(const pickle::Value& v, index_t max_size) {
       // (version, size, metadata, min)
       expect_fields(4, "(version, size, metadata, min)");
       const std::int64_t s = size_of(f[1]), lo = integer(f[3], what + "'s minimum");
+      constexpr std::int64_t exact = std::int64_t{1} << 53;  // every edge an integer a double holds exactly
+      if (lo < -exact || lo > exact - s) unreadable(what + " starts at " + std::to_string(lo) + ", beyond ±2⁵³");
       for (std::int64_t i = 0; i <= s; ++i) a.edges.push_back(static_cast<double>(lo + i));
       break;
     }
@@ -260,7 +265,7 @@ inline Axis axis(const pickle::Value& v, index_t max_size) {
     }
     case Axis::Kind::int_category: {
       expect_fields(3, "(version, categories, metadata)");
-      const NumpyArray cats = numpy_array(f[1], what + "'s categories");
+      const NumpyArray cats = numpy_array(f[1], what + "'s categories", static_cast<std::size_t>(max_size));
       if (!cats.integral()) unreadable(what + " has categories of numpy dtype '" + cats.code + "', not integers");
       for (std::size_t k = 0; k < cats.bits.size(); ++k) a.categories.push_back(std::to_string(cats.integer(k)));
       if (a.categories.empty() || static_cast<index_t>(a.categories.size()) > max_size)
@@ -268,13 +273,10 @@ inline Axis axis(const pickle::Value& v, index_t max_size) {
       break;
     }
   }
-  if (a.kind == Axis::Kind::variable) {
-    if (static_cast<index_t>(a.edges.size()) - 1 > max_size)
-      unreadable(what + " has " + std::to_string(a.edges.size() - 1) + " bins, more than the tensor's " + std::to_string(max_size));
-    for (std::size_t k = 0; k < a.edges.size(); ++k)
-      if (!std::isfinite(a.edges[k]) || (k > 0 && !(a.edges[k] > a.edges[k - 1])))
-        unreadable(what + " has edges that are not finite and increasing (at edge " + std::to_string(k) + ")");
-  }
+  // Every axis with edges: finite and increasing (a transform can overflow or reverse them).
+  for (std::size_t k = 0; k < a.edges.size(); ++k)
+    if (!std::isfinite(a.edges[k]) || (k > 0 && !(a.edges[k] > a.edges[k - 1])))
+      unreadable(what + " has edges that are not finite and increasing (at edge " + std::to_string(k) + ")");
   return a;
 }
 

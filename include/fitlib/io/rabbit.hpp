@@ -58,7 +58,8 @@ struct RabbitTensor {
   std::string meta_skipped;              ///< why an undecodable `meta` was skipped (RabbitReadOptions::systematic_type set); else empty
   /// Why the channels are not the ones the `meta` pickle's channel_info describes (no `meta`, no channel_info, an
   /// axis class fitlib cannot read, channels that do not add up to the tensor's bins): then the bins form one
-  /// channel "ch0" and the masked ones "ch1_masked", as in rabbit without `meta`. Empty when they are the meta's.
+  /// channel "ch0" and the masked ones "ch1_masked", each with one Integer axis ("obs", "masked"), as in rabbit
+  /// without `meta`. Empty when they are the meta's.
   std::string channels_skipped;
 };
 

@@ -82,8 +82,8 @@ class Reader {
     if (has("hbetavariations")) out.beta_variations = doubles("hbetavariations", {nbf_, nb_, np_}, "[Bf, B, P]").values;
 
     std::visit([&](auto& t) { t.held = opt_.bins; }, m.templates);
-    m.channels.push_back({"ch0", static_cast<index_t>(nb_), false});
-    if (nbf_ > nb_) m.channels.push_back({"ch1_masked", static_cast<index_t>(nbf_ - nb_), true});
+    m.channels.push_back(default_channel(false, static_cast<index_t>(nb_)));
+    if (nbf_ > nb_) m.channels.push_back(default_channel(true, static_cast<index_t>(nbf_ - nb_)));
     m.theta0.assign(ns_, 0.0);
     m.poi_default.assign(static_cast<std::size_t>(m.npoi()), 1.0);
     try {
@@ -762,10 +762,22 @@ class Reader {
     read_channels(out);
   }
 
+  /// rabbit's channels for a tensor without `meta` (its inputdata.py): "ch0" of the unmasked bins and "ch1_masked" of
+  /// the rest, each with one Integer axis from 0 named "obs" or "masked", without flow bins.
+  static Channel default_channel(bool masked, index_t bins) {
+    Axis a;
+    a.kind = Axis::Kind::integer;
+    a.name = masked ? "masked" : "obs";
+    for (index_t k = 0; k <= bins; ++k) a.edges.push_back(static_cast<double>(k));
+    Channel c{masked ? "ch1_masked" : "ch0", bins, masked};
+    c.axes = {std::move(a)};
+    return c;
+  }
+
   /// What RabbitTensor::channels_skipped says when the channels are not the meta's: why, and what they are instead.
   std::string default_channels_note(const std::string& why) const {
-    return why + ", so the channels are not known: the bins form one channel 'ch0'" + (nbf_ > nb_ ? " and the masked ones 'ch1_masked'" : "") +
-           ", as in rabbit";
+    return why + ", so the channels are not known: the bins form one channel '" + default_channel(false, 1).name + "'" +
+           (nbf_ > nb_ ? " and the masked ones '" + default_channel(true, 1).name + "'" : "") + ", as rabbit does for a tensor without meta";
   }
 
   /// The channels of meta's channel_info (§1.7), in its order, each with its hist axes, replacing the default ones
@@ -790,7 +802,7 @@ class Reader {
           if (f != nullptr && f->kind != Kind::boolean) throw hist::unreadable_axis(at + "['" + name + "'] is a " + pickle::kind_name(f->kind) + ", not a bool");
           return f != nullptr && f->boolean;
         };
-        Channel c{key.text, 1, flag("masked")};
+        Channel c{key.text, 0, flag("masked")};
         c.flow = flag("flow");
         const pickle::Value* axes = value.find("axes");
         if (axes == nullptr || (axes->kind != Kind::list && axes->kind != Kind::tuple) || axes->items.empty())
@@ -801,9 +813,8 @@ class Reader {
           } catch (const hist::unreadable_axis& e) {
             throw hist::unreadable_axis(at + "'s axis " + std::to_string(k) + " is " + e.what());
           }
-          const index_t n = c.shape().back();
-          c.nbins = c.nbins <= static_cast<index_t>(nbf_) / n ? c.nbins * n : static_cast<index_t>(nbf_) + 1;  // saturates past Bf
         }
+        c.nbins = axes_bins(c.axes, c.flow, static_cast<index_t>(nbf_));  // at most Bf + 1
         if (!c.masked && masked > 0) throw hist::unreadable_axis("unmasked channel '" + c.name + "' follows a masked one in channel_info");
         (c.masked ? masked : unmasked) += static_cast<std::size_t>(c.nbins);
         channels.push_back(std::move(c));

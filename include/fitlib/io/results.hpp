@@ -312,10 +312,21 @@ inline void write_histograms(const hdf5::Location& fit, const Histograms& h) {
   hdf5::write(g, "prefit", std::span<const double>(h.prefit), {nb, np});
   hdf5::write(g, "prefit_total", std::span<const double>(h.prefit_total));
   hdf5::write(g, "prefit_variance", std::span<const double>(h.prefit_variance));
+  // per channel, by its index: `[bins, bins]`
+  const auto covariances = [&](const char* name, const std::vector<std::vector<double>>& blocks) {
+    if (blocks.empty()) return;
+    const hdf5::Location c = hdf5::create_group(g, name);
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+      const auto side = static_cast<std::size_t>(std::llround(std::sqrt(static_cast<double>(blocks[k].size()))));
+      hdf5::write(c, std::to_string(k), std::span<const double>(blocks[k]), {side, side});
+    }
+  };
+  covariances("prefit_covariance", h.prefit_covariance);
   if (h.postfit.empty()) return;  // blinded
   hdf5::write(g, "postfit", std::span<const double>(h.postfit), {nb, np});
   hdf5::write(g, "postfit_total", std::span<const double>(h.postfit_total));
   hdf5::write(g, "postfit_variance", std::span<const double>(h.postfit_variance));
+  covariances("postfit_covariance", h.postfit_covariance);
 }
 
 inline nlohmann::json histograms_json(const Histograms& h) {
@@ -323,9 +334,16 @@ inline nlohmann::json histograms_json(const Histograms& h) {
                       {"data_variance", finite_or_null(h.data_variance)},
                       {"prefit_total", finite_or_null(h.prefit_total)},
                       {"prefit_variance", finite_or_null(h.prefit_variance)}};
+  const auto covariances = [](const std::vector<std::vector<double>>& blocks) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& b : blocks) a.push_back(finite_or_null(b));
+    return a;
+  };
+  if (!h.prefit_covariance.empty()) j["prefit_covariance"] = covariances(h.prefit_covariance);
   if (!h.postfit.empty()) {
     j["postfit_total"] = finite_or_null(h.postfit_total);
     j["postfit_variance"] = finite_or_null(h.postfit_variance);
+    if (!h.postfit_covariance.empty()) j["postfit_covariance"] = covariances(h.postfit_covariance);
   }
   return j;
 }

@@ -511,7 +511,8 @@ FITLIB_HOST_DEVICE inline double profiled_yield_weights(const BinByBinStatsView&
 }
 
 /// The per-process yields of data bin `i` with β at `beta`: c_p·m_p (`out`, P entries); the additive type's
-/// s·β shared among the cells it moves in proportion to their yields (lite: every cell, as rabbit does; full: its own).
+/// s·β shared among the cells it moves in proportion to their yields (lite: every cell, as rabbit does, equally where
+/// the bin predicts nothing; full: its own), so that they add up to profiled_yield_weights' ν̃.
 FITLIB_HOST_DEVICE inline void beta_applied_cells(const BinByBinStatsView& st, index_t i, const double* m, index_t P, const double* beta, double* out) {
   double nu = 0;
   for (index_t p = 0; p < P; ++p) {
@@ -524,8 +525,8 @@ FITLIB_HOST_DEVICE inline void beta_applied_cells(const BinByBinStatsView& st, i
     for (index_t p = 0; p < P; ++p)
       if (st.multiplicative())
         out[p] = st.active[at * static_cast<std::size_t>(P) + static_cast<std::size_t>(p)] ? beta[0] * m[p] : m[p];
-      else if (nu != 0)
-        out[p] += st.sigma[at] * beta[0] * m[p] / nu;
+      else
+        out[p] += st.sigma[at] * beta[0] * (nu != 0 ? m[p] / nu : 1.0 / static_cast<double>(P));
     return;
   }
   const auto at = static_cast<std::size_t>(i * P);

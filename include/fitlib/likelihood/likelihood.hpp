@@ -384,7 +384,8 @@ class Likelihood {
       throw usage_error("the yields' derivatives read the templates of bins that other MPI ranks hold; compute them in one process "
                         "(cpu::Threads splits the bins over threads)");
     if (profiled && bin_by_bin_per_bin() > 0 && opts_.data_term == DataTerm::covariance)
-      throw usage_error("postfit yields with bin-by-bin statistics need a separable data term (Poisson or χ²), not the covariance term");
+      throw usage_error("postfit yields with bin-by-bin statistics need a separable data term (Poisson or χ²): the covariance term "
+                        "marginalises β in closed form, with no β̂ per bin; disable LikelihoodOptions::bin_by_bin or use another data term");
     if (bins.begin < 0 || bins.end > model_->nbins_full() || bins.begin >= bins.end)
       throw usage_error("yield_jacobian of bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "), outside the model's " +
                         std::to_string(model_->nbins_full()) + " bins");

@@ -43,4 +43,16 @@ struct Axis {
   }
 };
 
+/// The bins of a histogram with these axes: the product of their size()s, or extent()s with `flow`; past `cap`, cap + 1
+/// (a product that cannot overflow, for checking untrusted axes against a known number of bins).
+inline index_t axes_bins(const std::vector<Axis>& axes, bool flow, index_t cap) {
+  index_t product = 1;
+  for (const Axis& a : axes) {
+    const index_t n = flow ? a.extent() : a.size();
+    product = n > 0 && product <= cap / n ? product * n : (n == 0 ? 0 : cap + 1);
+    if (product > cap || product == 0) return product;
+  }
+  return product;
+}
+
 }  // namespace fitlib

@@ -281,16 +281,11 @@ inline void Model::validate() const {
   bool seen_masked = false;
   for (const auto& c : channels) {
     if (c.nbins <= 0) throw model_error("channel '" + c.name + "' has no bins; give it at least one bin");
-    if (!c.axes.empty()) {
+    if (!c.axes.empty() && axes_bins(c.axes, c.flow, c.nbins) != c.nbins) {
       std::string shape;
-      index_t product = 1;
-      for (const index_t n : c.shape()) {
-        shape += (shape.empty() ? "" : " × ") + std::to_string(n);
-        product = n > 0 && product <= c.nbins / n ? product * n : c.nbins + 1;  // saturates past nbins
-      }
-      if (product != c.nbins)
-        throw model_error("channel '" + c.name + "' has " + std::to_string(c.nbins) + " bins but its axes have " + shape +
-                          (c.flow ? " (with their flow bins)" : "") + "; make Channel::axes describe its bins, or leave them empty");
+      for (const index_t n : c.shape()) shape += (shape.empty() ? "" : " × ") + std::to_string(n);
+      throw model_error("channel '" + c.name + "' has " + std::to_string(c.nbins) + " bins but its axes have " + shape +
+                        (c.flow ? " (with their flow bins)" : "") + "; make Channel::axes describe its bins, or leave them empty");
     }
     if (seen_masked && !c.masked)
       throw model_error("unmasked channel '" + c.name +

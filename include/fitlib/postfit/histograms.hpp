@@ -43,25 +43,48 @@ struct Histograms {
   /// Postfit: at the fit's minimum, with its covariance (frozen parameters held); NaN variances where the
   /// covariance is not a covariance (FitResult::covariance_status other than accurate).
   std::vector<double> postfit, postfit_total, postfit_variance;
+  /// With HistogramOptions::covariance (rabbit's --computeHistCov), per channel (Model::channels' order, masked ones
+  /// included) the covariance of its summed yields, `[bins × bins]` row-major, its diagonal the variances above (to
+  /// rounding); empty otherwise. Bins of different channels are correlated too, through the parameters; these blocks
+  /// leave that out, as rabbit's per-channel histograms do.
+  std::vector<std::vector<double>> prefit_covariance, postfit_covariance;
+};
+
+/// What `histograms` computes besides the yields and their variances.
+struct HistogramOptions {
+  bool covariance = false;  ///< each channel's bin-by-bin covariance (Histograms::prefit_covariance, postfit_covariance)
 };
 
 namespace detail {
 
-/// Calls f(first, count, J, beta_var) for the bins of `lik` in blocks, J the block's yield Jacobian at x
-/// (`[count × n]` row-major, Likelihood::yield_jacobian, `profiled` as there) and beta_var β's own variance: blocks
-/// of at most 64 MiB of J, so that the memory stays bounded whatever the number of bins.
-template <class Lik, class F>
-void for_jacobian_blocks(Lik& lik, std::span<const double> x, bool profiled, F&& f) {
-  const index_t bf = lik.model().nbins_full(), n = lik.size();
+/// The blocks of bins `histograms` propagates at once: each channel whole when its covariance is wanted, else runs
+/// of at most 64 MiB of Jacobian, so that the memory stays bounded whatever the number of bins.
+inline std::vector<BinRange> jacobian_blocks(const Model& m, index_t n, bool by_channel) {
+  std::vector<BinRange> blocks;
+  if (by_channel) {
+    index_t b0 = 0;
+    for (const Channel& c : m.channels) blocks.push_back({b0, b0 += c.nbins});
+    return blocks;
+  }
+  const index_t bf = m.nbins_full();
   const index_t block = std::clamp<index_t>(static_cast<index_t>((std::size_t{64} << 20) / sizeof(double)) / std::max<index_t>(n, 1), 1, bf);
+  for (index_t b0 = 0; b0 < bf; b0 += block) blocks.push_back({b0, std::min(b0 + block, bf)});
+  return blocks;
+}
+
+/// Calls f(block, J, beta_var) for each block of bins, J the block's yield Jacobian at x (`[bins × n]` row-major,
+/// Likelihood::yield_jacobian, `profiled` as there) and beta_var β's own variance.
+template <class Lik, class F>
+void for_jacobian_blocks(Lik& lik, std::span<const double> x, bool profiled, const std::vector<BinRange>& blocks, F&& f) {
+  const index_t n = lik.size();
   std::vector<double> o, J, bvar;
-  for (index_t b0 = 0; b0 < bf; b0 += block) {
-    const index_t nb = std::min(block, bf - b0);
-    o.resize(static_cast<std::size_t>(nb));
-    bvar.resize(static_cast<std::size_t>(nb));
-    J.resize(static_cast<std::size_t>(nb * n));
-    lik.yield_jacobian(x, {b0, b0 + nb}, profiled, o, J, bvar);
-    f(b0, nb, Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(J.data(), nb, n), bvar);
+  for (const BinRange& blk : blocks) {
+    const auto nb = static_cast<std::size_t>(blk.size());
+    o.resize(nb);
+    bvar.resize(nb);
+    J.resize(nb * static_cast<std::size_t>(n));
+    lik.yield_jacobian(x, blk, profiled, o, J, bvar);
+    f(blk, Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(J.data(), blk.size(), n), bvar);
   }
 }
 
@@ -79,13 +102,31 @@ inline std::vector<double> with_beta(const BinByBinStats& st, const std::vector<
   return out;
 }
 
-/// Adds the variance β's prior gives the summed yields of bins [first, nbins) (`nu` per process, before β) at β₀:
-/// beta_variance without a data term, for the bins whose β no data constrain (every bin prefit, the masked ones postfit).
-inline void add_prior_beta_variance(const BinByBinStats& st, const std::vector<double>& nu, index_t first, std::vector<double>& var) {
-  if (!st.enabled) return;
-  const index_t P = st.nprocs, per = st.per_bin();
-  for (index_t b = first; b < st.nbins; ++b)
-    var[static_cast<std::size_t>(b)] += beta_variance(st, b, nu.data() + b * P, P, st.beta0.data() + b * per, 0.0);
+/// The variance β's prior gives bin b's summed yield (`nu` per process, before β) at β₀: beta_variance without a data
+/// term, for the bins whose β no data constrain (every bin prefit, the masked ones postfit).
+inline double prior_beta_variance(const BinByBinStats& st, const std::vector<double>& nu, index_t b) {
+  if (!st.enabled) return 0;
+  return beta_variance(st, b, nu.data() + b * st.nprocs, st.nprocs, st.beta0.data() + b * st.per_bin(), 0.0);
+}
+
+/// Writes a block's variances, and its covariance `cov` (`[bins × bins]`, or empty) when `covariance` is set, into
+/// `h`'s `var` and `out`: the parameters' part `cov`/`var` plus β's own, `bvar` in the data bins and its prior from
+/// `first_prior` on.
+inline void store_block(const BinRange& blk, const Eigen::VectorXd& var, const Eigen::MatrixXd& cov, const std::vector<double>& bvar,
+                        const BinByBinStats& st, const std::vector<double>& nu, index_t first_prior, std::vector<double>& var_out,
+                        std::vector<std::vector<double>>* cov_out) {
+  Eigen::MatrixXd c = cov;
+  for (index_t b = 0; b < blk.size(); ++b) {
+    const index_t g = blk.begin + b;
+    const double own = bvar[static_cast<std::size_t>(b)] + (g >= first_prior ? prior_beta_variance(st, nu, g) : 0.0);
+    var_out[static_cast<std::size_t>(g)] = var(b) + own;
+    if (cov_out) c(b, b) += own;
+  }
+  if (cov_out) {
+    std::vector<double> rows(static_cast<std::size_t>(blk.size() * blk.size()));
+    Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(rows.data(), blk.size(), blk.size()) = c;
+    cov_out->push_back(std::move(rows));
+  }
 }
 
 /// Σ_p ν[b, p] of `nu` (`[nbins × nprocs]`).
@@ -112,7 +153,7 @@ void require_histograms(const Lik& lik) {
 /// (FitOptions::covariance; a usage_error otherwise, as for a likelihood require_histograms refuses). In one process
 /// (Likelihood::yield_jacobian).
 template <class Lik>
-Histograms histograms(Lik& lik, const FitResult& r) {
+Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts = {}) {
   const Model& m = lik.model();
   const index_t n = lik.size(), bf = m.nbins_full(), nb = m.nbins(), np = m.nprocs();
   require_histograms(lik);
@@ -130,15 +171,21 @@ Histograms histograms(Lik& lik, const FitResult& r) {
   const std::vector<double> x0 = lik.default_parameters(), nu0 = lik.yields(x0);
   h.prefit = detail::with_beta(st, nu0, {}, nb);
   h.prefit_total = detail::process_sums(h.prefit, bf, np);
-  // Prefit, C = diag(1/w) over the constrained nuisances: var_b = Σ_s J_bs²/w_s, β at β₀.
+  const std::vector<BinRange> blocks = detail::jacobian_blocks(m, n, opts.covariance);
+  // Prefit, C = diag(1/w) over the constrained nuisances: var_b = Σ_s J_bs²/w_s, β at β₀ with its prior.
   Eigen::VectorXd c0 = Eigen::VectorXd::Zero(n);
   for (index_t s = 0; s < m.nsyst(); ++s)
     if (const double w = m.constraint_weights[static_cast<std::size_t>(s)]; w > 0) c0(m.npoi() + s) = 1 / w;
   h.prefit_variance.assign(static_cast<std::size_t>(bf), 0.0);
-  detail::for_jacobian_blocks(lik, x0, false, [&](index_t b0, index_t nbk, const auto& J, const std::vector<double>&) {
-    Eigen::Map<Eigen::VectorXd>(h.prefit_variance.data() + b0, nbk) = J.array().square().matrix() * c0;
+  detail::for_jacobian_blocks(lik, x0, false, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
+    Eigen::MatrixXd cov;
+    if (opts.covariance) {
+      const Eigen::MatrixXd js = J * c0.cwiseSqrt().asDiagonal();
+      cov = js * js.transpose();
+    }
+    detail::store_block(blk, J.array().square().matrix() * c0, cov, bvar, st, nu0, 0, h.prefit_variance,
+                        opts.covariance ? &h.prefit_covariance : nullptr);
   });
-  detail::add_prior_beta_variance(st, nu0, 0, h.prefit_variance);
 
   const std::vector<double> nu = lik.yields(r.x);
   h.postfit = detail::with_beta(st, nu, lik.bin_by_bin_parameters(r.x), nb);
@@ -155,17 +202,22 @@ Histograms histograms(Lik& lik, const FitResult& r) {
     for (index_t k = 0; k < nf; ++k) hf(k, c) = r.hessian[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
   const Eigen::LLT<Eigen::MatrixXd> llt(hf);
   if (r.covariance_status != CovarianceStatus::accurate || llt.info() != Eigen::Success || !hf.allFinite()) {
-    h.postfit_variance.assign(static_cast<std::size_t>(bf), std::numeric_limits<double>::quiet_NaN());
+    constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+    h.postfit_variance.assign(static_cast<std::size_t>(bf), nan);
+    if (opts.covariance)
+      for (const Channel& c : m.channels) h.postfit_covariance.emplace_back(static_cast<std::size_t>(c.nbins * c.nbins), nan);
     return h;
   }
   h.postfit_variance.assign(static_cast<std::size_t>(bf), 0.0);
-  detail::for_jacobian_blocks(lik, r.x, true, [&](index_t b0, index_t nbk, const auto& J, const std::vector<double>& bvar) {
-    Eigen::MatrixXd jt(nf, nbk);  // the free columns of J, transposed
-    for (index_t k = 0; k < nf; ++k) jt.row(k) = J.col(free[static_cast<std::size_t>(k)]).transpose();
-    llt.matrixL().solveInPlace(jt);
-    for (index_t b = 0; b < nbk; ++b) h.postfit_variance[static_cast<std::size_t>(b0 + b)] = jt.col(b).squaredNorm() + bvar[static_cast<std::size_t>(b)];
+  detail::for_jacobian_blocks(lik, r.x, true, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
+    Eigen::MatrixXd y(nf, blk.size());  // R⁻¹·Jᵀ over the free columns of J: the block's J·C·Jᵀ is yᵀ·y
+    for (index_t k = 0; k < nf; ++k) y.row(k) = J.col(free[static_cast<std::size_t>(k)]).transpose();
+    llt.matrixL().solveInPlace(y);
+    Eigen::MatrixXd cov;
+    if (opts.covariance) cov = y.transpose() * y;
+    detail::store_block(blk, y.colwise().squaredNorm().transpose(), cov, bvar, st, nu, nb, h.postfit_variance,
+                        opts.covariance ? &h.postfit_covariance : nullptr);
   });
-  detail::add_prior_beta_variance(st, nu, nb, h.postfit_variance);
   return h;
 }
 
