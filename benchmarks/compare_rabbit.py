@@ -46,7 +46,10 @@ command plus --saveHists --saveHistsPerProcess --computeHistErrors, requires the
 vector back (each parameter to 1e-12 relative), and stores rabbit's histograms of that fit (read
 with rabbit.io_tools): per channel the observed data and its variance, the prefit and postfit
 predictions summed over processes with their variances, and the prefit and postfit predictions of
-each process, each flattened row-major like the tensor's bins.
+each process, each flattened row-major like the tensor's bins. For rabbit's test tensor (dense) in
+configuration "bb" only, a second refit adds --computeVariations (it must give the same fit and the
+same histograms bit for bit) and stores per channel rabbit's prefit and postfit predictions with each
+parameter varied down and up by its uncertainty, [bin][parameter][down, up].
 """
 
 from __future__ import annotations
@@ -777,6 +780,10 @@ def update_fixture_nllvalfull(args: argparse.Namespace) -> None:
 
 
 HISTS_EXTRA = ["--saveHists", "--saveHistsPerProcess", "--computeHistErrors"]
+# rabbit's --computeVariations (prefit and postfit predictions with each parameter varied down and up
+# by its uncertainty), for these fits only: (tensor, configuration) of rabbit_results.json
+VARIATIONS_EXTRA = ["--computeVariations"]
+VARIATIONS_FITS = (("test_tensor", "bb"),)
 
 
 def read_rabbit_hists(path: Path, channels: list[dict], fit: str = "data") -> list[dict]:
@@ -858,10 +865,62 @@ def read_rabbit_hists(path: Path, channels: list[dict], fit: str = "data") -> li
     return out
 
 
+def read_rabbit_variations(path: Path, channels: list[dict], parameters: list[str],
+                            fit: str = "data") -> tuple[list[str], list[dict]]:
+    """rabbit's --computeVariations histograms of one fit (hist_{prefit,postfit}_inclusive_variations
+    of Basemodel, axes: the channel's axes, `vars` (a StrCategory of rabbit's parameters), `downUpVar`
+    (2 bins: down, up)). Returns the names on the `vars` axis, which must be `parameters` (the fit's
+    parameter order), and per channel of `channels` {"prefit_variations", "postfit_variations"}, each
+    a nested list [bin][parameter][down, up], the bins flattened row-major like read_rabbit_hists'."""
+    import hist
+    import numpy as np
+    from rabbit import io_tools
+
+    res = io_tools.get_fitresult(str(path), result=None if fit == "data" else fit)
+    model = res["physics_models"]["Basemodel"]["channels"]
+    if list(model) != [c["name"] for c in channels]:
+        raise ValueError(f"rabbit's channels {list(model)} are not the fixture's {[c['name'] for c in channels]}")
+    names = None
+    out = []
+    for ch in channels:
+        name, flow, n = ch["name"], bool(ch["flow"]), ch["stop"] - ch["start"]
+        row = {}
+        for kind in ("prefit", "postfit"):
+            key = f"hist_{kind}_inclusive_variations"
+            if key not in model[name]:
+                raise ValueError(f"{name}: rabbit wrote no {key}")
+            h = model[name][key].get()
+            if [a.name for a in h.axes][-2:] != ["vars", "downUpVar"] or len(h.axes["downUpVar"]) != 2:
+                raise ValueError(f"{name}: {key} has axes {[a.name for a in h.axes]}")
+            if h.storage_type is not hist.storage.Double:
+                raise ValueError(f"{name}: {key} has storage {h.storage_type}, not Double")
+            axis = [str(p) for p in h.axes["vars"]]
+            if names is None:
+                names = axis
+            elif axis != names:
+                raise ValueError(f"{name}: {key}'s parameters differ from the other histograms'")
+            v = np.asarray(h.values(flow=flow), dtype=float)
+            if flow:
+                # with flow rabbit appends a slice of ones as the StrCategory's overflow bin
+                v = v[..., : len(axis), :]
+            v = v.reshape(n, len(axis), 2)
+            if not np.all(np.isfinite(v)):
+                raise ValueError(f"{name}: {key} holds a non-finite value")
+            row[f"{kind}_variations"] = v.tolist()
+        out.append(row)
+    if names != list(parameters):
+        raise ValueError(f"the variations' parameter axis {names} is not the fit's parameter order {list(parameters)}")
+    return names, out
+
+
 def update_fixture_hists(args: argparse.Namespace) -> None:
     """Writes DIR/rabbit_hists.json: rabbit's prefit and postfit histograms of every recorded fit of
     DIR/rabbit_results.json, from a refit with the recorded command plus HISTS_EXTRA that must give
-    the recorded postfit vector back (each parameter to 1e-12 relative); the tensors are untouched."""
+    the recorded postfit vector back (each parameter to 1e-12 relative); the tensors are untouched.
+    For the fits of VARIATIONS_FITS a second refit adds VARIATIONS_EXTRA (--computeVariations): it
+    must give the same fit and the same histograms bit for bit, and its variation histograms are
+    added to that fit's channels."""
+    import numpy as np
     import results
     import tensors
 
@@ -875,6 +934,34 @@ def update_fixture_hists(args: argparse.Namespace) -> None:
     exe = Path(sys.prefix) / "bin" / "rabbit_fit"
     out = dict(versions=vers, threads=doc["threads"], command_extra=list(HISTS_EXTRA), tensors={},
                note="rabbit's prefit/postfit histograms of the fits in rabbit_results.json; see README.md")
+    missing = [f for f in VARIATIONS_FITS if f[0] not in doc["tensors"] or f[1] not in doc["tensors"][f[0]]["results"]]
+    if missing:
+        sys.exit(f"compare_rabbit.py: VARIATIONS_FITS {missing} are not fits of rabbit_results.json")
+
+    def refit(name: str, config: str, tensor: Path, rec: list[str], old: dict, run_dir: Path, extra: list[str]):
+        """Reruns the recorded command `rec` plus `extra` into run_dir; returns (result file, the command
+        as shown in the JSON, max relative |dx|, |dNLL|, wall seconds) if it is the recorded fit."""
+        run_dir.mkdir(parents=True)
+        cmd = [str(exe), str(tensor), *rec[2:], *extra]
+        cmd[cmd.index("-o") + 1] = str(run_dir)
+        rc, wall, _, err = run_timed(cmd, fitter_env(args.threads, plugin_path=False), run_dir / "rabbit.log",
+                                     args.rabbit_timeout)
+        if rc != 0:
+            sys.exit(f"compare_rabbit.py: rabbit failed on {tensor} ({config}, {' '.join(extra)}): {err}")
+        result = run_dir / rec[rec.index("--outname") + 1] if "--outname" in rec else run_dir / "fitresults.hdf5"
+        fit = results.read_rabbit(result, "data")
+        bad = [(n, a, b) for n, a, b in zip(fit["names"], fit["postfit"], old["postfit"])
+               if not abs(a - b) <= 1e-12 * abs(b)]
+        if fit["names"] != old["parameters"] or bad:
+            sys.exit(f"compare_rabbit.py: the refit of {name} {config} with {' '.join(extra)} is not the "
+                     f"recorded fit (parameters {fit['names'] == old['parameters'] and 'equal' or 'differ'}; "
+                     f"postfit beyond 1e-12 relative: {bad[:3]}); not writing rabbit_hists.json")
+        maxrel = max((abs(a - b) / abs(b) if b else 0.0) for a, b in zip(fit["postfit"], old["postfit"]))
+        dnll = abs(fit["nllvalreduced"] - old["nllvalreduced"])
+        shown = [Path(cmd[0]).name, tensor.name, *cmd[2:]]
+        shown[shown.index("-o") + 1] = "OUTDIR"
+        return result, shown, maxrel, dnll, wall
+
     with tempfile.TemporaryDirectory(prefix="rabbit_fixture_hists_") as tmpname:
         tmp = Path(tmpname)
         for name, entry in doc["tensors"].items():
@@ -887,33 +974,43 @@ def update_fixture_hists(args: argparse.Namespace) -> None:
                 tensor = outdir / rec[1]
                 if tensors.sha256(tensor) != entry["sha256"][tensor.name]:
                     sys.exit(f"compare_rabbit.py: {tensor} is not the tensor rabbit_results.json was made from (SHA-256)")
-                run_dir = tmp / name / config
-                run_dir.mkdir(parents=True)
-                cmd = [str(exe), str(tensor), *rec[2:], *HISTS_EXTRA]
-                cmd[cmd.index("-o") + 1] = str(run_dir)
-                rc, wall, _, err = run_timed(cmd, fitter_env(args.threads, plugin_path=False), run_dir / "rabbit.log",
-                                             args.rabbit_timeout)
-                if rc != 0:
-                    sys.exit(f"compare_rabbit.py: rabbit failed on {tensor} ({config}): {err}")
-                result = run_dir / rec[rec.index("--outname") + 1] if "--outname" in rec else run_dir / "fitresults.hdf5"
-                fit = results.read_rabbit(result, "data")
-                bad = [(n, a, b) for n, a, b in zip(fit["names"], fit["postfit"], old["postfit"])
-                       if not abs(a - b) <= 1e-12 * abs(b)]
-                if fit["names"] != old["parameters"] or bad:
-                    sys.exit(f"compare_rabbit.py: the refit of {name} {config} with {' '.join(HISTS_EXTRA)} is not the "
-                             f"recorded fit (parameters {fit['names'] == old['parameters'] and 'equal' or 'differ'}; "
-                             f"postfit beyond 1e-12 relative: {bad[:3]}); not writing rabbit_hists.json")
-                maxrel = max((abs(a - b) / abs(b) if b else 0.0) for a, b in zip(fit["postfit"], old["postfit"]))
-                dnll = abs(fit["nllvalreduced"] - old["nllvalreduced"])
+                result, shown, maxrel, dnll, wall = refit(name, config, tensor, rec, old, tmp / name / config,
+                                                          HISTS_EXTRA)
                 try:
                     chans = read_rabbit_hists(result, entry["channels"])
                 except (ValueError, KeyError) as ex:
                     sys.exit(f"compare_rabbit.py: reading rabbit's histograms of {name} {config} from {result}: {ex}")
-                shown = [Path(cmd[0]).name, tensor.name, *cmd[2:]]
-                shown[shown.index("-o") + 1] = "OUTDIR"
                 out["tensors"][name][config] = dict(command=shown, channels=chans)
                 print(f"   {name} {config}: refit max |dx|/|x| = {maxrel:.3g}, |dNLL| = {dnll:.3g}; "
                       f"{len(chans)} channels ({fmt_seconds(wall)})", flush=True)
+                if (name, config) not in VARIATIONS_FITS:
+                    continue
+                vresult, vshown, vmaxrel, vdnll, vwall = refit(name, config, tensor, rec, old,
+                                                               tmp / name / f"{config}_variations",
+                                                               HISTS_EXTRA + VARIATIONS_EXTRA)
+                try:
+                    if read_rabbit_hists(vresult, entry["channels"]) != chans:
+                        raise ValueError(f"with {' '.join(VARIATIONS_EXTRA)} rabbit's other histograms are not "
+                                         "bit for bit those of the run without it")
+                    vnames, variations = read_rabbit_variations(vresult, entry["channels"], old["parameters"])
+                    # the variations are expected -/+ a shift: their midpoint is the prediction (postfit:
+                    # evaluated with beta held at its profiled value, which is the profiled prediction)
+                    for ch, var in zip(chans, variations):
+                        for kind in ("prefit", "postfit"):
+                            v = np.asarray(var[f"{kind}_variations"])
+                            mid, ref = v.mean(axis=-1), np.asarray(ch[kind])[:, None]
+                            if not np.all(np.abs(mid - ref) <= 1e-12 * np.abs(ref)):
+                                raise ValueError(f"{ch['name']}: the midpoint of the {kind} variations is not rabbit's "
+                                                 f"{kind} prediction (max |diff| = {np.max(np.abs(mid - ref)):.3g})")
+                except (ValueError, KeyError) as ex:
+                    sys.exit(f"compare_rabbit.py: reading rabbit's variation histograms of {name} {config} from "
+                             f"{vresult}: {ex}")
+                for ch, var in zip(chans, variations):
+                    ch.update(var)
+                out["tensors"][name][config].update(variations_command=vshown, variation_parameters=vnames)
+                print(f"   {name} {config} {' '.join(VARIATIONS_EXTRA)}: refit max |dx|/|x| = {vmaxrel:.3g}, "
+                      f"|dNLL| = {vdnll:.3g}; variations of {len(vnames)} parameters ({fmt_seconds(vwall)})",
+                      flush=True)
     path = outdir / "rabbit_hists.json"
     path.write_text(json.dumps(out, indent=1, allow_nan=False) + "\n")
     print(f"== wrote {path} ({path.stat().st_size / 1024:.0f} KiB); README.md is left as it is", flush=True)

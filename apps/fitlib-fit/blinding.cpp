@@ -93,6 +93,7 @@ void blind(io::FitRecord& f, const Blinding& b) {
     f.histograms->postfit_total.clear();
     f.histograms->postfit_variance.clear();
     f.histograms->postfit_covariance.clear();
+    f.histograms->postfit_variations.clear();
   }
   f.blinded = b.names;
 }

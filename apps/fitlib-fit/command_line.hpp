@@ -44,7 +44,8 @@ struct Args {
   bool do_scan = false;
   std::vector<std::pair<std::string, std::string>> scan2d;  ///< --scan2D A B (repeatable)
   bool save_hists = false;
-  bool hist_cov = false;  ///< --computeHistCov
+  bool hist_cov = false;         ///< --computeHistCov
+  bool hist_variations = false;  ///< --computeVariations
   index_t scan_points = 15;
   double scan_range = 3;
   std::vector<std::string> unblind;

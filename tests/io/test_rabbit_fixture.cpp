@@ -250,7 +250,10 @@ void compare_histograms(const std::string& tensor, const std::string& file, cons
     for (index_t j = 0; j < n; ++j) cov(i, j) = rows[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
   const Eigen::MatrixXd hess = cov.inverse();
   at_rabbit.hessian.assign(hess.data(), hess.data() + n * n);
-  const Histograms hr = histograms(lik, at_rabbit);
+  at_rabbit.covariance.assign(cov.data(), cov.data() + n * n);
+  const bool variations = ref.contains("variation_parameters");  // rabbit's --computeVariations, recorded for one fit
+  if (variations) REQUIRE(ref["variation_parameters"].get<std::vector<std::string>>() == r.names);
+  const Histograms hr = histograms(lik, at_rabbit, {.variations = variations});
   const index_t P = in.model.nprocs();
   std::size_t bins = 0;
   for (const nlohmann::json& c : ref["channels"]) {
@@ -268,6 +271,13 @@ void compare_histograms(const std::string& tensor, const std::string& file, cons
       CHECK(h.postfit_variance[b] == Approx(post_var).epsilon(1e-7).margin(1e-10));
       CHECK(hr.postfit_total[b] == Approx(post).epsilon(1e-13).margin(1e-12));
       CHECK(hr.postfit_variance[b] == Approx(post_var).epsilon(1e-11).margin(1e-12));
+      for (std::size_t i = 0; variations && i < static_cast<std::size_t>(n); ++i)
+        for (std::size_t d = 0; d < 2; ++d) {
+          INFO("parameter " << r.names[i] << (d ? " up" : " down"));
+          const std::size_t at = (b * static_cast<std::size_t>(n) + i) * 2 + d;
+          CHECK(hr.prefit_variations[at] == Approx(c["prefit_variations"][b - start][i][d].get<double>()).epsilon(1e-13).margin(1e-12));
+          CHECK(hr.postfit_variations[at] == Approx(c["postfit_variations"][b - start][i][d].get<double>()).epsilon(1e-11).margin(1e-12));
+        }
       for (index_t p = 0; p < P; ++p) {
         const std::string& name = in.model.processes[static_cast<std::size_t>(p)].name;
         CHECK(h.postfit[b * static_cast<std::size_t>(P) + static_cast<std::size_t>(p)] ==

@@ -30,10 +30,9 @@ Model histogram_model(index_t nsyst = 6) {
   return m;
 }
 
-/// J·C·Jᵀ (`[bins × bins]`, column-major) with J the central-difference Jacobian of the bins' summed yields at x
-/// (C `[n × n]`).
+/// The central-difference Jacobian `[bins × n]` of the bins' summed yields at x.
 template <class Lik>
-Eigen::MatrixXd fd_covariance(Lik& lik, const std::vector<double>& x, const std::vector<double>& C) {
+Eigen::MatrixXd fd_jacobian(Lik& lik, const std::vector<double>& x) {
   const std::size_t n = x.size();
   const index_t bf = lik.model().nbins_full(), np = lik.model().nprocs();
   std::vector<std::vector<double>> J(n);
@@ -53,7 +52,28 @@ Eigen::MatrixXd fd_covariance(Lik& lik, const std::vector<double>& x, const std:
   Eigen::MatrixXd jm(bf, static_cast<index_t>(n));
   for (std::size_t i = 0; i < n; ++i)
     for (index_t b = 0; b < bf; ++b) jm(b, static_cast<index_t>(i)) = J[i][static_cast<std::size_t>(b)];
-  return jm * Eigen::Map<const Eigen::MatrixXd>(C.data(), static_cast<index_t>(n), static_cast<index_t>(n)) * jm.transpose();
+  return jm;
+}
+
+/// J·C·Jᵀ (`[bins × bins]`) with J fd_jacobian's (C `[n × n]`).
+template <class Lik>
+Eigen::MatrixXd fd_covariance(Lik& lik, const std::vector<double>& x, const std::vector<double>& C) {
+  const Eigen::MatrixXd jm = fd_jacobian(lik, x);
+  return jm * Eigen::Map<const Eigen::MatrixXd>(C.data(), jm.cols(), jm.cols()) * jm.transpose();
+}
+
+/// Histograms' variations (`[bins × n × 2]`) against ν_b ∓ J_bi·σ_i.
+void check_variations(const std::vector<double>& v, const std::vector<double>& total, const Eigen::MatrixXd& J, const std::vector<double>& sigma) {
+  const auto n = static_cast<std::size_t>(J.cols());
+  REQUIRE(v.size() == total.size() * n * 2);
+  for (std::size_t b = 0; b < total.size(); ++b)
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("bin " << b << " parameter " << i);
+      const double d = J(static_cast<index_t>(b), static_cast<index_t>(i)) * sigma[i];
+      CHECK(v[(b * n + i) * 2] == Approx(total[b] - d).epsilon(1e-8).margin(1e-6 * std::abs(d)));
+      CHECK(v[(b * n + i) * 2 + 1] == Approx(total[b] + d).epsilon(1e-8).margin(1e-6 * std::abs(d)));
+      CHECK(v[(b * n + i) * 2] + v[(b * n + i) * 2 + 1] == Approx(2 * total[b]).epsilon(1e-14));
+    }
 }
 
 /// diag(J·C·Jᵀ), as fd_covariance.
@@ -120,6 +140,19 @@ void check_histograms(Lik& lik, const FitResult& r) {
   CHECK(hc.postfit_variance == h.postfit_variance);
   check_channel_blocks(m, hc.prefit_covariance, pre, 1e-6);
   check_channel_blocks(m, hc.postfit_covariance, post, 1e-6);
+  // Variations (HistogramOptions::variations): ν ∓ J_i·σ_i, σ prefit 1/√w or 1, postfit √C_ii.
+  const Histograms hv = histograms(lik, r, {.variations = true});
+  CHECK(hv.postfit_variance == h.postfit_variance);
+  std::vector<double> sigma0(n, 0.0), sigma(n);  // prefit: POIs 0, unconstrained nuisances 1
+  for (std::size_t i = 0; i < n; ++i) {
+    sigma[i] = std::sqrt(r.covariance[i * n + i]);
+    if (i >= static_cast<std::size_t>(m.npoi())) {
+      const double w = m.constraint_weights[i - static_cast<std::size_t>(m.npoi())];
+      sigma0[i] = w > 0 ? 1 / std::sqrt(w) : 1.0;
+    }
+  }
+  check_variations(hv.prefit_variations, h.prefit_total, fd_jacobian(lik, lik.default_parameters()), sigma0);
+  check_variations(hv.postfit_variations, h.postfit_total, fd_jacobian(lik, r.x), sigma);
 }
 
 LikelihoodOptions without_bin_by_bin() {
@@ -360,6 +393,15 @@ TEST_CASE("histograms with bin-by-bin statistics: β̂ in the yields, the varian
       CHECK(h.postfit_variance[static_cast<std::size_t>(b)] == Approx(g.dot(Cz * g)).epsilon(1e-4));
       G.col(b) = g;
     }
+    // Variations hold β at β̂: their slope is the x part of g, times √C_ii.
+    const Histograms hv = histograms(lik, r, {.variations = true});
+    for (index_t b = 0; b < nb; ++b)
+      for (index_t i = 0; i < n; ++i) {
+        const auto at = static_cast<std::size_t>((b * n + i) * 2);
+        const double slope = (hv.postfit_variations[at + 1] - hv.postfit_variations[at]) / 2, sigma = std::sqrt(r.covariance[static_cast<std::size_t>(i * n + i)]);
+        INFO("variation of bin " << b << " along parameter " << i);
+        CHECK(slope == Approx(G(i, b) * sigma).epsilon(1e-5).margin(1e-7 * std::abs(h.postfit_total[static_cast<std::size_t>(b)])));
+      }
     const Eigen::MatrixXd joint_cov = G.transpose() * Cz * G;  // the covariance of the data channel's yields
     for (index_t i = 0; i < nb; ++i)
       for (index_t j = 0; j < nb; ++j) {

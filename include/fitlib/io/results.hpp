@@ -322,11 +322,16 @@ inline void write_histograms(const hdf5::Location& fit, const Histograms& h) {
     }
   };
   covariances("prefit_covariance", h.prefit_covariance);
+  const auto variations = [&](const char* name, const std::vector<double>& v) {
+    if (!v.empty()) hdf5::write(g, name, std::span<const double>(v), {nb, v.size() / (2 * nb), 2});
+  };
+  variations("prefit_variations", h.prefit_variations);
   if (h.postfit.empty()) return;  // blinded
   hdf5::write(g, "postfit", std::span<const double>(h.postfit), {nb, np});
   hdf5::write(g, "postfit_total", std::span<const double>(h.postfit_total));
   hdf5::write(g, "postfit_variance", std::span<const double>(h.postfit_variance));
   covariances("postfit_covariance", h.postfit_covariance);
+  variations("postfit_variations", h.postfit_variations);
 }
 
 inline nlohmann::json histograms_json(const Histograms& h) {

@@ -48,11 +48,18 @@ struct Histograms {
   /// rounding); empty otherwise. Bins of different channels are correlated too, through the parameters; these blocks
   /// leave that out, as rabbit's per-channel histograms do.
   std::vector<std::vector<double>> prefit_covariance, postfit_covariance;
+  /// With HistogramOptions::variations (rabbit's --computeVariations): each bin's summed yield with each parameter
+  /// moved down and up by its σ, linearly, `[nbins × nparams × 2]` row-major (down, up): ν_b ∓ J_bi·σ_i, J at β held
+  /// (β₀ prefit, β̂ postfit; rabbit's uncorrelated variations). σ: prefit 1/√w for a constrained nuisance, 1 for an
+  /// unconstrained one and 0 for the POIs (rabbit's prefit covariance with unit errors for the unconstrained), postfit
+  /// √C_ii (0 for a frozen parameter, NaN where the covariance is not usable). Empty otherwise.
+  std::vector<double> prefit_variations, postfit_variations;
 };
 
 /// What `histograms` computes besides the yields and their variances.
 struct HistogramOptions {
   bool covariance = false;  ///< each channel's bin-by-bin covariance (Histograms::prefit_covariance, postfit_covariance)
+  bool variations = false;  ///< each parameter's ±1σ shift of every bin (Histograms::prefit_variations, postfit_variations)
 };
 
 namespace detail {
@@ -129,6 +136,25 @@ inline void store_block(const BinRange& blk, const Eigen::VectorXd& var, const E
   }
 }
 
+/// The summed yields moved down and up along each parameter by σ (`[nbins × n × 2]`, Histograms' variations): ν_b ∓
+/// J_bi·σ_i, J the yields' Jacobian at x with β held as the likelihood holds it (yield_jacobian with `profiled`:
+/// fixed entries do not respond).
+template <class Lik>
+std::vector<double> variations(Lik& lik, std::span<const double> x, const std::vector<double>& total, const Eigen::VectorXd& sigma) {
+  const index_t bf = lik.model().nbins_full(), n = lik.size();
+  std::vector<double> out(static_cast<std::size_t>(bf * n * 2));
+  for_jacobian_blocks(lik, x, true, jacobian_blocks(lik.model(), n, false), [&](const BinRange& blk, const auto& J, const std::vector<double>&) {
+    for (index_t b = 0; b < blk.size(); ++b)
+      for (index_t i = 0; i < n; ++i) {
+        const double d = J(b, i) * sigma(i), nu = total[static_cast<std::size_t>(blk.begin + b)];
+        const auto at = static_cast<std::size_t>(((blk.begin + b) * n + i) * 2);
+        out[at] = nu - d;
+        out[at + 1] = nu + d;
+      }
+  });
+  return out;
+}
+
 /// Σ_p ν[b, p] of `nu` (`[nbins × nprocs]`).
 inline std::vector<double> process_sums(const std::vector<double>& nu, index_t nbins, index_t nprocs) {
   std::vector<double> total(static_cast<std::size_t>(nbins), 0.0);
@@ -151,7 +177,7 @@ void require_histograms(const Lik& lik) {
 
 /// The prefit and postfit histograms of `lik` and its fit `r`, which must carry its Hessian and covariance
 /// (FitOptions::covariance; a usage_error otherwise, as for a likelihood require_histograms refuses). In one process
-/// (Likelihood::yield_jacobian).
+/// (Likelihood::yield_jacobian). The variations hold β (Likelihood::fix_bin_by_bin) and leave it profiled.
 template <class Lik>
 Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts = {}) {
   const Model& m = lik.model();
@@ -186,9 +212,28 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     detail::store_block(blk, J.array().square().matrix() * c0, cov, bvar, st, nu0, 0, h.prefit_variance,
                         opts.covariance ? &h.prefit_covariance : nullptr);
   });
+  const std::vector<double> beta_hat = lik.bin_by_bin_parameters(r.x);
+  // Variations hold β where the histograms have it: β₀ prefit, β̂ postfit.
+  const auto held_variations = [&](std::span<const double> x, const std::vector<double>& beta, const std::vector<double>& total, const Eigen::VectorXd& sigma) {
+    lik.fix_bin_by_bin(beta);
+    const struct Profiled {  // β profiled again however this ends
+      Lik& l;
+      ~Profiled() { l.fix_bin_by_bin({}); }
+    } profiled{lik};
+    return detail::variations(lik, x, total, sigma);
+  };
+  if (opts.variations) {
+    const std::vector<double> beta0 = st.enabled ? std::vector<double>(st.beta0.begin(), st.beta0.begin() + nb * st.per_bin()) : std::vector<double>{};
+    Eigen::VectorXd sigma0 = Eigen::VectorXd::Zero(n);  // the POIs do not move
+    for (index_t s = 0; s < m.nsyst(); ++s) {
+      const double w = m.constraint_weights[static_cast<std::size_t>(s)];
+      sigma0(m.npoi() + s) = w > 0 ? 1 / std::sqrt(w) : 1.0;
+    }
+    h.prefit_variations = held_variations(x0, beta0, h.prefit_total, sigma0);
+  }
 
   const std::vector<double> nu = lik.yields(r.x);
-  h.postfit = detail::with_beta(st, nu, lik.bin_by_bin_parameters(r.x), nb);
+  h.postfit = detail::with_beta(st, nu, beta_hat, nb);
   h.postfit_total = detail::process_sums(h.postfit, bf, np);
   // C = H⁻¹ on the free parameters: with H = R·Rᵀ (the factorisation the covariance came from), J·C·Jᵀ = ‖R⁻¹·Jᵀ‖²
   // column by column, one triangular solve per block of bins (bins·n² flops), without forming C, whose own
@@ -206,7 +251,13 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     h.postfit_variance.assign(static_cast<std::size_t>(bf), nan);
     if (opts.covariance)
       for (const Channel& c : m.channels) h.postfit_covariance.emplace_back(static_cast<std::size_t>(c.nbins * c.nbins), nan);
+    if (opts.variations) h.postfit_variations.assign(static_cast<std::size_t>(bf * n * 2), nan);
     return h;
+  }
+  if (opts.variations) {
+    Eigen::VectorXd sigma(n);
+    for (index_t i = 0; i < n; ++i) sigma(i) = std::sqrt(std::max(0.0, r.covariance[static_cast<std::size_t>(i * n + i)]));
+    h.postfit_variations = held_variations(r.x, beta_hat, h.postfit_total, sigma);
   }
   h.postfit_variance.assign(static_cast<std::size_t>(bf), 0.0);
   detail::for_jacobian_blocks(lik, r.x, true, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
