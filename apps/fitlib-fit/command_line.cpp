@@ -60,7 +60,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
       "hdf5plugin (pip install hdf5plugin); HDF5_PLUGIN_PATH need not be set.");
   app.add_option("tensor", a.input, "rabbit input tensor (HDF5, dense or sparse)")->required();
   app.add_option("--hdf5PluginPath", a.plugin_path, "directory (or ':'-separated list) of HDF5 filter plugins, searched first");
-  app.add_option("-o,--output", a.output, "results file (HDF5; docs/results-format.md)")->capture_default_str();
+  app.add_option("-o,--output", a.output,
+                 "results file (HDF5; docs/results-format.md), or as rabbit's -o a directory (existing, or ending in '/': made) that "
+                 "gets --outname")->capture_default_str();
+  app.add_option("--outname", a.outname, "with -o a directory, the results file's name in it (rabbit's --outname; default fitresults.hdf5)");
   app.add_flag("--json", a.json, "also write a JSON summary next to the results file (same name, .json)");
   app.add_flag("-q,--quiet", a.quiet, "no per-iteration progress on stderr");
   app.add_option("-t,--toys", a.toys, "fits to run: -1 Asimov, 0 observed data, N toys 1..N (several allowed)")->capture_default_str();
@@ -160,6 +163,22 @@ void check_arguments(Args& a) {
   if (!(a.max_compression_ratio >= 1))
     throw usage_error("--maxCompressionRatio must be at least 1, got " + std::to_string(a.max_compression_ratio));
   a.seed = parse_seed(a.seed_text);
+  // rabbit's -o DIR [--outname NAME]: the results go to DIR/NAME.
+  {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const bool dir_named = !a.output.empty() && (a.output.back() == '/' || fs::is_directory(a.output, ec));
+    if (!a.outname.empty() && !dir_named)
+      throw usage_error("--outname names the results file inside the directory -o gives (rabbit's -o DIR --outname NAME), but '" + a.output +
+                        "' is not a directory; give -o a directory, or drop --outname and name the file with -o");
+    if (!a.outname.empty() && fs::path(a.outname).has_parent_path())
+      throw usage_error("--outname '" + a.outname + "' is a path; give a file name (the directory is -o's)");
+    if (dir_named) {
+      if (a.rank == 0 && !fs::is_directory(a.output, ec) && !fs::create_directories(a.output, ec) && ec)
+        throw usage_error("-o/--output '" + a.output + "': cannot create the directory (" + ec.message() + ")");
+      a.output = (fs::path(a.output) / (a.outname.empty() ? "fitresults.hdf5" : a.outname)).string();
+    }
+  }
   // The outputs are checked before anything is computed, so that no run's work is lost to a bad path.
   if (a.rank == 0) {
     io::check_output_path(a.output, "-o/--output", {a.input});

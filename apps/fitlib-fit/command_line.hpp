@@ -17,6 +17,7 @@ namespace fitlib::cli {
 /// Everything the command line sets.
 struct Args {
   std::string input, output = "fitresults.hdf5";
+  std::string outname;  ///< --outname: with -o a directory (rabbit's -o DIR --outname NAME), the file in it
   std::string plugin_path;  ///< --hdf5PluginPath
   bool json = false, quiet = false;
   std::vector<int> toys = {-1};

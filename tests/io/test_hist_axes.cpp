@@ -162,6 +162,7 @@ TEST_CASE("hist axes: without usable channel_info the bins form ch0 and ch1_mask
     CHECK(t.model.channels[0].name == "ch0");
     CHECK(t.model.channels[1].name == "ch1_masked");
     // rabbit's own defaults: one Integer axis each, "obs" and "masked"
+    REQUIRE(t.model.channels[0].axes.size() == 1);
     REQUIRE(t.model.channels[1].axes.size() == 1);
     CHECK(t.model.channels[0].axes[0].name == "obs");
     CHECK(t.model.channels[1].axes[0].name == "masked");

@@ -218,7 +218,7 @@ FITLIB_HOST_DEVICE inline double yield_weights(const BinPass<Cells>& a, index_t 
                                                const BinScratch& s) {
   const index_t P = a.P;
   *bvar = 0;
-  if (!profiled) {
+  if (!profiled || !a.bb.enabled) {
     double nu = 0;
     for (index_t p = 0; p < P; ++p) {
       w[p] = 1.0;

@@ -394,12 +394,13 @@ class Likelihood {
       throw usage_error("yield_jacobian of " + std::to_string(nb) + " bins needs outputs of " + std::to_string(nb) + ", " + std::to_string(nb) + " × " +
                         std::to_string(n) + " and " + std::to_string(nb) + " entries");
     const auto xv = column(x);
-    for (auto& s : shards_) {
+    shards_.for_each([&](std::size_t k) {  // each shard writes its own rows
+      auto& s = shards_[k];
       const BinRange held = s.bins(), both{std::max(held.begin, bins.begin), std::min(held.end, bins.end)};
-      if (both.begin >= both.end) continue;
+      if (both.begin >= both.end) return;
       const auto at = static_cast<std::size_t>(both.begin - bins.begin), len = static_cast<std::size_t>(both.size());
       s.jacobian(xv, {both.begin - held.begin, both.end - held.begin}, profiled, o.subspan(at, len), J.subspan(at * n, len * n), beta_var.subspan(at, len));
-    }
+    });
   }
 
   /// Bin-by-bin parameters per data bin: 1 (lite) or nprocs (full); 0 without bin-by-bin statistics.

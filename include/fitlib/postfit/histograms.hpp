@@ -17,6 +17,7 @@
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/minimize/status.hpp"
 #include "fitlib/model/model.hpp"
+#include "fitlib/postfit/held_beta.hpp"
 
 namespace fitlib {
 
@@ -116,43 +117,38 @@ inline double prior_beta_variance(const BinByBinStats& st, const std::vector<dou
   return beta_variance(st, b, nu.data() + b * st.nprocs, st.nprocs, st.beta0.data() + b * st.per_bin(), 0.0);
 }
 
-/// Writes a block's variances, and its covariance `cov` (`[bins × bins]`, or empty) when `covariance` is set, into
-/// `h`'s `var` and `out`: the parameters' part `cov`/`var` plus β's own, `bvar` in the data bins and its prior from
-/// `first_prior` on.
-inline void store_block(const BinRange& blk, const Eigen::VectorXd& var, const Eigen::MatrixXd& cov, const std::vector<double>& bvar,
+/// Writes a block's variances into `var_out`, and its covariance into `cov_out` (one more channel) when that is not
+/// null: the parameters' part `var` / `cov` (`[bins × bins]`) plus β's own, `bvar` in the data bins and its prior
+/// from `first_prior` on.
+inline void store_block(const BinRange& blk, const Eigen::VectorXd& var, Eigen::MatrixXd cov, const std::vector<double>& bvar,
                         const BinByBinStats& st, const std::vector<double>& nu, index_t first_prior, std::vector<double>& var_out,
                         std::vector<std::vector<double>>* cov_out) {
-  Eigen::MatrixXd c = cov;
   for (index_t b = 0; b < blk.size(); ++b) {
     const index_t g = blk.begin + b;
     const double own = bvar[static_cast<std::size_t>(b)] + (g >= first_prior ? prior_beta_variance(st, nu, g) : 0.0);
     var_out[static_cast<std::size_t>(g)] = var(b) + own;
-    if (cov_out) c(b, b) += own;
+    if (cov_out) cov(b, b) += own;
   }
   if (cov_out) {
     std::vector<double> rows(static_cast<std::size_t>(blk.size() * blk.size()));
-    Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(rows.data(), blk.size(), blk.size()) = c;
+    Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(rows.data(), blk.size(), blk.size()) = cov;
     cov_out->push_back(std::move(rows));
   }
 }
 
-/// The summed yields moved down and up along each parameter by σ (`[nbins × n × 2]`, Histograms' variations): ν_b ∓
-/// J_bi·σ_i, J the yields' Jacobian at x with β held as the likelihood holds it (yield_jacobian with `profiled`:
-/// fixed entries do not respond).
-template <class Lik>
-std::vector<double> variations(Lik& lik, std::span<const double> x, const std::vector<double>& total, const Eigen::VectorXd& sigma) {
-  const index_t bf = lik.model().nbins_full(), n = lik.size();
-  std::vector<double> out(static_cast<std::size_t>(bf * n * 2));
-  for_jacobian_blocks(lik, x, true, jacobian_blocks(lik.model(), n, false), [&](const BinRange& blk, const auto& J, const std::vector<double>&) {
-    for (index_t b = 0; b < blk.size(); ++b)
-      for (index_t i = 0; i < n; ++i) {
-        const double d = J(b, i) * sigma(i), nu = total[static_cast<std::size_t>(blk.begin + b)];
-        const auto at = static_cast<std::size_t>(((blk.begin + b) * n + i) * 2);
-        out[at] = nu - d;
-        out[at + 1] = nu + d;
-      }
-  });
-  return out;
+/// Writes a block's variations into `out` (`[nbins × n × 2]`, Histograms' variations): the summed yields `total`
+/// moved down and up along each parameter by σ, ν_b ∓ J_bi·σ_i.
+template <class Jacobian>
+void store_variations(const BinRange& blk, const Jacobian& J, const std::vector<double>& total, const Eigen::VectorXd& sigma, std::vector<double>& out) {
+  const index_t n = J.cols();
+  out.resize(total.size() * static_cast<std::size_t>(n) * 2);
+  for (index_t b = 0; b < blk.size(); ++b)
+    for (index_t i = 0; i < n; ++i) {
+      const double d = J(b, i) * sigma(i), nu = total[static_cast<std::size_t>(blk.begin + b)];
+      const auto at = static_cast<std::size_t>(((blk.begin + b) * n + i) * 2);
+      out[at] = nu - d;
+      out[at + 1] = nu + d;
+    }
 }
 
 /// Σ_p ν[b, p] of `nu` (`[nbins × nprocs]`).
@@ -202,35 +198,24 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
   Eigen::VectorXd c0 = Eigen::VectorXd::Zero(n);
   for (index_t s = 0; s < m.nsyst(); ++s)
     if (const double w = m.constraint_weights[static_cast<std::size_t>(s)]; w > 0) c0(m.npoi() + s) = 1 / w;
+  // Variations' σ prefit (rabbit's prefit covariance with unit errors for the unconstrained): the POIs do not move.
+  Eigen::VectorXd sigma0 = Eigen::VectorXd::Zero(n);
+  for (index_t s = 0; s < m.nsyst(); ++s) {
+    const double w = m.constraint_weights[static_cast<std::size_t>(s)];
+    sigma0(m.npoi() + s) = w > 0 ? 1 / std::sqrt(w) : 1.0;
+  }
   h.prefit_variance.assign(static_cast<std::size_t>(bf), 0.0);
   detail::for_jacobian_blocks(lik, x0, false, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
     Eigen::MatrixXd cov;
     if (opts.covariance) {
       const Eigen::MatrixXd js = J * c0.cwiseSqrt().asDiagonal();
-      cov = js * js.transpose();
+      cov.noalias() = js * js.transpose();
     }
-    detail::store_block(blk, J.array().square().matrix() * c0, cov, bvar, st, nu0, 0, h.prefit_variance,
+    detail::store_block(blk, J.array().square().matrix() * c0, std::move(cov), bvar, st, nu0, 0, h.prefit_variance,
                         opts.covariance ? &h.prefit_covariance : nullptr);
+    if (opts.variations) detail::store_variations(blk, J, h.prefit_total, sigma0, h.prefit_variations);  // β at β₀: this J
   });
   const std::vector<double> beta_hat = lik.bin_by_bin_parameters(r.x);
-  // Variations hold β where the histograms have it: β₀ prefit, β̂ postfit.
-  const auto held_variations = [&](std::span<const double> x, const std::vector<double>& beta, const std::vector<double>& total, const Eigen::VectorXd& sigma) {
-    lik.fix_bin_by_bin(beta);
-    const struct Profiled {  // β profiled again however this ends
-      Lik& l;
-      ~Profiled() { l.fix_bin_by_bin({}); }
-    } profiled{lik};
-    return detail::variations(lik, x, total, sigma);
-  };
-  if (opts.variations) {
-    const std::vector<double> beta0 = st.enabled ? std::vector<double>(st.beta0.begin(), st.beta0.begin() + nb * st.per_bin()) : std::vector<double>{};
-    Eigen::VectorXd sigma0 = Eigen::VectorXd::Zero(n);  // the POIs do not move
-    for (index_t s = 0; s < m.nsyst(); ++s) {
-      const double w = m.constraint_weights[static_cast<std::size_t>(s)];
-      sigma0(m.npoi() + s) = w > 0 ? 1 / std::sqrt(w) : 1.0;
-    }
-    h.prefit_variations = held_variations(x0, beta0, h.prefit_total, sigma0);
-  }
 
   const std::vector<double> nu = lik.yields(r.x);
   h.postfit = detail::with_beta(st, nu, beta_hat, nb);
@@ -254,10 +239,14 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     if (opts.variations) h.postfit_variations.assign(static_cast<std::size_t>(bf * n * 2), nan);
     return h;
   }
-  if (opts.variations) {
+  if (opts.variations) {  // J with β held at β̂ (fixed entries do not respond), rabbit's
     Eigen::VectorXd sigma(n);
     for (index_t i = 0; i < n; ++i) sigma(i) = std::sqrt(std::max(0.0, r.covariance[static_cast<std::size_t>(i * n + i)]));
-    h.postfit_variations = held_variations(r.x, beta_hat, h.postfit_total, sigma);
+    detail::HeldBeta<Lik> held(lik, beta_hat);
+    detail::for_jacobian_blocks(lik, r.x, true, detail::jacobian_blocks(m, n, false), [&](const BinRange& blk, const auto& J, const std::vector<double>&) {
+      detail::store_variations(blk, J, h.postfit_total, sigma, h.postfit_variations);
+    });
+    held.release();
   }
   h.postfit_variance.assign(static_cast<std::size_t>(bf), 0.0);
   detail::for_jacobian_blocks(lik, r.x, true, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
@@ -265,8 +254,8 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     for (index_t k = 0; k < nf; ++k) y.row(k) = J.col(free[static_cast<std::size_t>(k)]).transpose();
     llt.matrixL().solveInPlace(y);
     Eigen::MatrixXd cov;
-    if (opts.covariance) cov = y.transpose() * y;
-    detail::store_block(blk, y.colwise().squaredNorm().transpose(), cov, bvar, st, nu, nb, h.postfit_variance,
+    if (opts.covariance) cov.noalias() = y.transpose() * y;
+    detail::store_block(blk, y.colwise().squaredNorm().transpose(), std::move(cov), bvar, st, nu, nb, h.postfit_variance,
                         opts.covariance ? &h.postfit_covariance : nullptr);
   });
   return h;

@@ -18,6 +18,7 @@
 #include "fitlib/likelihood/options.hpp"
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/model/model.hpp"
+#include "fitlib/postfit/held_beta.hpp"
 
 namespace fitlib {
 
@@ -116,13 +117,6 @@ Impacts impacts_frame(const Lik& lik, const FitResult& r) {
   return out;
 }
 
-/// Restores the profiling of β when it leaves scope (fix_bin_by_bin held it fixed).
-template <class Lik>
-struct ProfileBetaAgain {
-  Lik& lik;
-  ~ProfileBetaAgain() { lik.fix_bin_by_bin({}); }
-};
-
 }  // namespace detail
 
 /// Traditional impacts (rabbit-likelihood-and-format.md §5.1) from the postfit covariance C and
@@ -153,8 +147,7 @@ Impacts traditional_impacts(Lik& lik, const FitResult& r) {
   if (split_bb) {
     // The same with β held at β̂: the Hessian at fixed β (no Schur complement of β).
     const std::vector<double> beta = lik.bin_by_bin_parameters(r.x);
-    lik.fix_bin_by_bin(beta);
-    detail::ProfileBetaAgain<Lik> restore{lik};
+    detail::HeldBeta<Lik> held(lik, beta);
     std::vector<double> hf(static_cast<std::size_t>(n * n)), g(static_cast<std::size_t>(n));
     double f;
     lik.hessian(ConstBlockView<double>(r.x.data(), n, 1), std::span(&f, 1), BlockView<double>(g.data(), n, 1),
