@@ -349,29 +349,6 @@ class Likelihood {
     return shards_.exchange().gather_bins(mine, P, model_->nbins_full());
   }
 
-  /// The summed yields o_b = Σ_p ν_bp (before any bin-by-bin β) of the bins `bins` at x, `o` (`[bins.size()]`), and
-  /// their derivatives along each column of `v` (`[n × k]`), `dobs` (`[bins.size() × k]`), from one forward pass
-  /// over those bins' templates; bins are numbered as in `yields`, masked ones included. In one process only: over
-  /// MPI ranks no rank holds every bin's templates.
-  void observables(std::span<const double> x, ConstBlockView<double> v, BinRange bins, std::span<double> o, BlockView<double> dobs) {
-    if (distributed())
-      throw usage_error("the yields' derivatives read the templates of bins that other MPI ranks hold; compute them in one process "
-                        "(cpu::Threads splits the bins over threads)");
-    if (bins.begin < 0 || bins.end > model_->nbins_full() || bins.begin >= bins.end)
-      throw usage_error("observables of bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "), outside the model's " +
-                        std::to_string(model_->nbins_full()) + " bins");
-    const index_t k = v.empty() ? 0 : v.cols;
-    if (k > 0) require(v.rows == nparams_, "direction block", nparams_, k, v);
-    if (static_cast<index_t>(o.size()) != bins.size() || (k > 0 && (dobs.rows != bins.size() || dobs.cols != k)))
-      throw usage_error("observables of " + std::to_string(bins.size()) + " bins along " + std::to_string(k) + " directions need outputs of " +
-                        std::to_string(bins.size()) + " and " + std::to_string(bins.size()) + " × " + std::to_string(k) + " entries");
-    Eigen::MatrixXd om(bins.size(), 1), dm(bins.size(), k);
-    shards_.observables(bins, column(x), v, om, k > 0 ? &dm : nullptr);
-    std::copy(om.data(), om.data() + om.size(), o.begin());
-    for (index_t j = 0; j < k; ++j)
-      for (index_t b = 0; b < bins.size(); ++b) dobs(b, j) = dm(b, j);
-  }
-
   /// What a postfit histogram propagates: the summed yields of the bins `bins` (any, masked included) at x, `o`
   /// (`[bins.size()]`), and their derivatives along every parameter, `J` (`[bins.size() × n]` row-major), from the
   /// cells' effective template rows (no product with a block of directions). With `profiled` and bin-by-bin
