@@ -46,10 +46,12 @@ command plus --saveHists --saveHistsPerProcess --computeHistErrors, requires the
 vector back (each parameter to 1e-12 relative), and stores rabbit's histograms of that fit (read
 with rabbit.io_tools): per channel the observed data and its variance, the prefit and postfit
 predictions summed over processes with their variances, and the prefit and postfit predictions of
-each process, each flattened row-major like the tensor's bins. For rabbit's test tensor (dense) in
-configuration "bb" only, a second refit adds --computeVariations (it must give the same fit and the
-same histograms bit for bit) and stores per channel rabbit's prefit and postfit predictions with each
-parameter varied down and up by its uncertainty, [bin][parameter][down, up].
+each process, each flattened row-major like the tensor's bins, and rabbit's linear chi2 and ndf of
+the prefit and postfit predictions against the data (Basemodel: all unmasked channels together). For
+rabbit's test tensor (dense) in configuration "bb" only, a second refit adds --computeVariations (it
+must give the same fit, histograms and chi2 bit for bit) and stores per channel rabbit's prefit and
+postfit predictions with each parameter varied down and up by its uncertainty,
+[bin][parameter][down, up].
 """
 
 from __future__ import annotations
@@ -865,6 +867,31 @@ def read_rabbit_hists(path: Path, channels: list[dict], fit: str = "data") -> li
     return out
 
 
+def read_rabbit_chi2(path: Path, fit: str = "data", model: str = "Basemodel") -> dict:
+    """rabbit's linear chi2 of its prefit and postfit predictions against the data of one fit in its
+    output file, of physics model `model` (Basemodel: all unmasked channels together). With --saveHists
+    and without --noChi2, rabbit_fit.py's save_hists stores them through Workspace.add_chi2 as values of
+    fitresult["physics_models"][<model>]: "chi2_prefit", "ndf_prefit" (profile=False, before the fit)
+    and "chi2", "ndf" (postfit, profile=True). Returns {"prefit": {"chi2", "ndf"}, "postfit": {...}}
+    with the kinds rabbit stored (a missing or non-finite one is left out, so the JSON never holds NaN)."""
+    import numpy as np
+    from rabbit import io_tools
+
+    res = io_tools.get_fitresult(str(path), result=None if fit == "data" else fit)
+    values = res.get("physics_models", {}).get(model, {})
+    out = {}
+    for kind, postfix in (("prefit", "_prefit"), ("postfit", "")):
+        if f"chi2{postfix}" not in values or f"ndf{postfix}" not in values:
+            continue
+        chi2 = float(np.asarray(values[f"chi2{postfix}"]).item())
+        ndf = np.asarray(values[f"ndf{postfix}"]).item()
+        if not math.isfinite(chi2) or int(ndf) != ndf:
+            print(f"   note: rabbit's {kind} chi2 in {path} is {chi2!r} with ndf {ndf!r}; not recorded", flush=True)
+            continue
+        out[kind] = dict(chi2=chi2, ndf=int(ndf))
+    return out
+
+
 def read_rabbit_variations(path: Path, channels: list[dict], parameters: list[str],
                             fit: str = "data") -> tuple[list[str], list[dict]]:
     """rabbit's --computeVariations histograms of one fit (hist_{prefit,postfit}_inclusive_variations
@@ -917,8 +944,9 @@ def update_fixture_hists(args: argparse.Namespace) -> None:
     """Writes DIR/rabbit_hists.json: rabbit's prefit and postfit histograms of every recorded fit of
     DIR/rabbit_results.json, from a refit with the recorded command plus HISTS_EXTRA that must give
     the recorded postfit vector back (each parameter to 1e-12 relative); the tensors are untouched.
+    Each fit also gets rabbit's prefit and postfit linear chi2 and ndf (read_rabbit_chi2) as "chi2".
     For the fits of VARIATIONS_FITS a second refit adds VARIATIONS_EXTRA (--computeVariations): it
-    must give the same fit and the same histograms bit for bit, and its variation histograms are
+    must give the same fit, histograms and chi2 bit for bit, and its variation histograms are
     added to that fit's channels."""
     import numpy as np
     import results
@@ -980,9 +1008,13 @@ def update_fixture_hists(args: argparse.Namespace) -> None:
                     chans = read_rabbit_hists(result, entry["channels"])
                 except (ValueError, KeyError) as ex:
                     sys.exit(f"compare_rabbit.py: reading rabbit's histograms of {name} {config} from {result}: {ex}")
+                chi2 = read_rabbit_chi2(result)
                 out["tensors"][name][config] = dict(command=shown, channels=chans)
+                if chi2:
+                    out["tensors"][name][config]["chi2"] = chi2
+                shown_chi2 = ", ".join(f"{k} chi2 = {v['chi2']:.6g}/{v['ndf']}" for k, v in chi2.items()) or "no chi2"
                 print(f"   {name} {config}: refit max |dx|/|x| = {maxrel:.3g}, |dNLL| = {dnll:.3g}; "
-                      f"{len(chans)} channels ({fmt_seconds(wall)})", flush=True)
+                      f"{len(chans)} channels; {shown_chi2} ({fmt_seconds(wall)})", flush=True)
                 if (name, config) not in VARIATIONS_FITS:
                     continue
                 vresult, vshown, vmaxrel, vdnll, vwall = refit(name, config, tensor, rec, old,
@@ -992,6 +1024,10 @@ def update_fixture_hists(args: argparse.Namespace) -> None:
                     if read_rabbit_hists(vresult, entry["channels"]) != chans:
                         raise ValueError(f"with {' '.join(VARIATIONS_EXTRA)} rabbit's other histograms are not "
                                          "bit for bit those of the run without it")
+                    vchi2 = read_rabbit_chi2(vresult)
+                    if vchi2 != chi2:
+                        raise ValueError(f"with {' '.join(VARIATIONS_EXTRA)} rabbit's chi2 {vchi2} is not bit for bit "
+                                         f"that of the run without it, {chi2}")
                     vnames, variations = read_rabbit_variations(vresult, entry["channels"], old["parameters"])
                     # the variations are expected -/+ a shift: their midpoint is the prediction (postfit:
                     # evaluated with beta held at its profiled value, which is the profiled prediction)

@@ -47,6 +47,7 @@ struct Args {
   bool save_hists = false;
   bool hist_cov = false;         ///< --computeHistCov
   bool hist_variations = false;  ///< --computeVariations
+  bool no_chi2 = false;          ///< --noChi2
   index_t scan_points = 15;
   double scan_range = 3;
   std::vector<std::string> unblind;

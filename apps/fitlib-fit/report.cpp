@@ -66,6 +66,12 @@ void print_summary(const Model& m, const io::FitRecord& f, const LikelihoodOptio
   if (f.histograms)
     std::printf("   histograms: %td bins × %td processes%s\n", f.histograms->nbins, f.histograms->nprocs,
                 f.histograms->postfit.empty() ? ", prefit only (blinded)" : ", prefit and postfit");
+  if (f.histograms && !f.histograms->prefit_chi2.empty()) {
+    const Histograms& h = *f.histograms;
+    std::printf("   linear chi2 over %td data bins: prefit %.4f", h.prefit_chi2_total.ndf, h.prefit_chi2_total.chi2);
+    if (!h.postfit_chi2.empty()) std::printf(", postfit %.4f", h.postfit_chi2_total.chi2);
+    std::printf("%s\n", h.postfit_chi2_note.empty() ? "" : (" (postfit: " + h.postfit_chi2_note + ")").c_str());
+  }
   for (const GridScan& g : f.scans2d) {
     const auto n = std::count_if(g.status.begin(), g.status.end(), [](FitStatus st) { return converged(st); });
     std::printf("   2D scan of %s and %s: %zu × %zu points, %td converged\n", g.parameters[0].c_str(), g.parameters[1].c_str(), g.values[0].size(),

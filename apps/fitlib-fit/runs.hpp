@@ -117,7 +117,7 @@ void postfit(io::FitRecord& rec, Lik& lik, const TrustRegion<Sub>& tr, const Arg
   auto advance = [&] {
     if (progress) progress->advance();
   };
-  if (a.save_hists && !is_toy(rec)) rec.histograms = histograms(lik, r, {.covariance = a.hist_cov, .variations = a.hist_variations});
+  if (a.save_hists && !is_toy(rec)) rec.histograms = histograms(lik, r, {.covariance = a.hist_cov, .variations = a.hist_variations, .chi2 = !a.no_chi2});
   if (a.impacts) rec.impacts = traditional_impacts(lik, r), advance();
   if (a.global_impacts) rec.global_impacts = global_impacts(lik, r), advance();
   // A scan needs a free parameter with a finite σ to set its range; without one (a failed covariance) the fit's

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "fitlib/fit.hpp"
 #include "fitlib/postfit/histograms.hpp"
@@ -444,4 +445,180 @@ TEMPLATE_TEST_CASE("histograms with bin-by-bin statistics: every policy gives cp
       CHECK(b.postfit_variance[k] == Approx(a.postfit_variance[k]).epsilon(1e-12));
     }
   }
+}
+
+namespace {
+
+/// The χ²'s brute-force reference: rᵀ·S⁻¹·r for the rows [b0, b1) of S.
+double chi2_of(const Eigen::VectorXd& r, const Eigen::MatrixXd& S, index_t b0, index_t b1) {
+  const Eigen::VectorXd rb = r.segment(b0, b1 - b0);
+  return rb.dot(S.block(b0, b0, b1 - b0, b1 - b0).ldlt().solve(rb));
+}
+
+/// Checks χ² per channel and in total against chi2_of(r, S).
+void check_chi2(const Model& m, const std::vector<LinearChi2>& per, const LinearChi2& total, const Eigen::VectorXd& r, const Eigen::MatrixXd& S,
+                double tolerance) {
+  REQUIRE(per.size() == m.channels.size());
+  index_t b0 = 0;
+  for (std::size_t c = 0; c < per.size(); ++c) {
+    INFO("channel " << m.channels[c].name);
+    if (m.channels[c].masked) {
+      CHECK(per[c].ndf == 0);
+      CHECK(std::isnan(per[c].chi2));
+      continue;
+    }
+    const index_t b1 = b0 + m.channels[c].nbins;
+    CHECK(per[c].ndf == b1 - b0);
+    CHECK(per[c].chi2 == Approx(chi2_of(r, S, b0, b1)).epsilon(tolerance));
+    b0 = b1;
+  }
+  CHECK(total.ndf == m.nbins());
+  CHECK(total.chi2 == Approx(chi2_of(r, S, 0, m.nbins())).epsilon(tolerance));
+}
+
+/// Two unmasked channels (14 and 10 bins: the χ² take Woodbury's route in the first and the total, the direct one in
+/// the second) and a masked one, no empty bins.
+Model chi2_model() {
+  test::RandomModelSpec sp;
+  sp.bins = 24;
+  sp.masked_bins = 3;
+  sp.nsyst = 4;
+  sp.zero_counts = false;
+  sp.seed = 41;
+  Model m = test::random_model(sp);
+  m.channels.front() = {"a", 14, false};
+  m.channels.insert(m.channels.begin() + 1, Channel{"b", 10, false});
+  m.constraint_weights[2] = 4;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("histograms: the linear χ² against brute force, prefit and postfit (refits with moved data and constraint centres)",
+          "[postfit][histograms][chi2]") {
+  const auto term = GENERATE(DataTerm::poisson, DataTerm::chisq, DataTerm::covariance);
+  INFO("data term " << static_cast<int>(term));
+  Model m = chi2_model();
+  const index_t nd = m.nbins();
+  Eigen::MatrixXd V = Eigen::VectorXd::Map(m.data.data(), nd).asDiagonal();  // the data's covariance
+  if (term == DataTerm::covariance) {  // neighbours correlated by 0.3
+    for (index_t b = 0; b + 1 < nd; ++b) V(b, b + 1) = V(b + 1, b) = 0.3 * std::sqrt(V(b, b) * V(b + 1, b + 1));
+    const Eigen::MatrixXd inverse = V.inverse(), cinv = (inverse + inverse.transpose()) / 2;
+    m.data_covariance_inverse.assign(cinv.data(), cinv.data() + cinv.size());
+  }
+  LikelihoodOptions o = without_bin_by_bin();
+  o.data_term = term;
+  SerialLikelihood lik(m, {}, o);
+  TrustRegionOptions t;
+  t.gtol = 1e-10;
+  const auto refit = [&] { return fit(lik, TrustRegion<Exact>(t)); };
+  const FitResult r = refit();
+  REQUIRE(r.converged());
+  const Histograms h = histograms(lik, r);
+  const auto data_rows = [&](const std::vector<double>& v) { return Eigen::VectorXd(Eigen::VectorXd::Map(v.data(), nd)); };
+  const Eigen::VectorXd n0 = data_rows(m.data);
+
+  // Prefit: S = V + J·C₀·Jᵀ with a finite-difference J.
+  const Eigen::MatrixXd J0 = fd_jacobian(lik, lik.default_parameters()).topRows(nd);
+  Eigen::VectorXd c0 = Eigen::VectorXd::Zero(J0.cols());
+  for (index_t s = 0; s < m.nsyst(); ++s)
+    if (const double w = m.constraint_weights[static_cast<std::size_t>(s)]; w > 0) c0(m.npoi() + s) = 1 / w;
+  check_chi2(m, h.prefit_chi2, h.prefit_chi2_total, data_rows(h.prefit_total) - n0, V + J0 * c0.asDiagonal() * J0.transpose(), 1e-6);
+
+  // Postfit: S = R·V·Rᵀ + Θ·diag(1/w)·Θᵀ, R = ∂(ν(x̂) − n)/∂n and Θ = ∂ν(x̂)/∂θ₀ by central differences of refits.
+  const auto moved = [&](auto&& move, double step) {
+    move(step);
+    const Eigen::VectorXd up = data_rows(detail::process_sums(lik.yields(refit().x), m.nbins_full(), m.nprocs()));
+    move(-step);
+    const Eigen::VectorXd down = data_rows(detail::process_sums(lik.yields(refit().x), m.nbins_full(), m.nprocs()));
+    move(0);
+    return Eigen::VectorXd((up - down) / (2 * step));
+  };
+  Eigen::MatrixXd R(nd, nd);
+  const std::vector<double> variances = lik.data_variances();
+  for (index_t b = 0; b < nd; ++b) {
+    R.col(b) = moved(
+        [&](double d) {
+          std::vector<double> counts = m.data;
+          counts[static_cast<std::size_t>(b)] += d;
+          lik.set_data(counts, variances);
+        },
+        1e-3 * n0(b));
+    R(b, b) -= 1;
+  }
+  Eigen::MatrixXd S = R * V * R.transpose();
+  for (index_t s = 0; s < m.nsyst(); ++s) {
+    const double w = m.constraint_weights[static_cast<std::size_t>(s)];
+    if (w == 0) continue;
+    const Eigen::VectorXd theta = moved(
+        [&](double d) {
+          std::vector<double> centres = m.theta0;
+          centres[static_cast<std::size_t>(s)] += d;
+          lik.set_constraint_centres(centres);
+        },
+        1e-3);
+    S += theta * theta.transpose() / w;
+  }
+  CHECK(h.postfit_chi2_note.empty());
+  check_chi2(m, h.postfit_chi2, h.postfit_chi2_total, data_rows(h.postfit_total) - n0, S, 1e-5);
+
+  SECTION("HistogramOptions::chi2 off: none") {
+    const Histograms none = histograms(lik, r, {.chi2 = false});
+    CHECK(none.prefit_chi2.empty());
+    CHECK(none.postfit_chi2.empty());
+    CHECK(none.postfit_variance == h.postfit_variance);
+  }
+}
+
+TEST_CASE("histograms: the linear χ² with bin-by-bin statistics: β's prior prefit, not computed postfit", "[postfit][histograms][chi2][bbstat]") {
+  test::RandomModelSpec sp;
+  sp.template_stats = true;
+  sp.zero_counts = false;
+  const Model m = test::random_model(sp);
+  SerialLikelihood lik(m);
+  REQUIRE(lik.bin_by_bin_per_bin() > 0);
+  const FitResult r = fit(lik, TrustRegion<Exact>{});
+  const Histograms h = histograms(lik, r, {.covariance = true});
+  const index_t nd = m.nbins();
+  // The prefit residuals' covariance is the data's plus the prefit yields' (tested above, with β's prior).
+  const Eigen::MatrixXd S = Eigen::MatrixXd(Eigen::VectorXd::Map(m.data.data(), nd).asDiagonal()) +
+                            Eigen::MatrixXd::Map(h.prefit_covariance.front().data(), nd, nd);
+  check_chi2(m, h.prefit_chi2, h.prefit_chi2_total,
+             Eigen::VectorXd::Map(h.prefit_total.data(), nd) - Eigen::VectorXd::Map(m.data.data(), nd), S, 1e-12);
+  CHECK(h.postfit_chi2_note == "the postfit χ² with bin-by-bin statistics is not computed yet");
+  CHECK(std::isnan(h.postfit_chi2_total.chi2));
+  CHECK(h.postfit_chi2_total.ndf == nd);
+}
+
+TEST_CASE("linear_chi2: Woodbury's route equals the direct one", "[postfit][chi2]") {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> g;
+  const index_t rows = 12, k = 4;
+  detail::ResidualCovariance s;
+  s.v = Eigen::VectorXd::NullaryExpr(rows, [&] { return 1 + std::abs(g(rng)); });
+  s.U = Eigen::MatrixXd::NullaryExpr(rows, 2 * k, [&] { return g(rng); });
+  // M = [[A, I], [I, 0]] as the postfit's, with its inverse [[0, I], [I, −A]]
+  const Eigen::MatrixXd B = Eigen::MatrixXd::NullaryExpr(k, k, [&] { return g(rng); }), A = B * B.transpose(), I = Eigen::MatrixXd::Identity(k, k);
+  s.m.setZero(2 * k, 2 * k);
+  s.m << A, I, I, Eigen::MatrixXd::Zero(k, k);
+  s.m_inverse.setZero(2 * k, 2 * k);
+  s.m_inverse << Eigen::MatrixXd::Zero(k, k), I, I, -A;
+  // a positive definite S: V large enough against the indefinite part
+  s.v.array() += 10 * (s.U * s.m * s.U.transpose()).cwiseAbs().rowwise().sum().array();
+  const Eigen::VectorXd r = Eigen::VectorXd::NullaryExpr(rows, [&] { return g(rng); });
+  const Eigen::MatrixXd S = Eigen::MatrixXd(s.v.asDiagonal()) + s.U * s.m * s.U.transpose();
+  const LinearChi2 woodbury = detail::linear_chi2(r, s, {0, rows});  // 8 columns < 12 rows
+  const LinearChi2 direct = detail::linear_chi2(r, s, {2, 8});        // 8 columns ≥ 6 rows
+  CHECK(woodbury.ndf == rows);
+  CHECK(woodbury.chi2 == Approx(chi2_of(r, S, 0, rows)).epsilon(1e-12));
+  CHECK(direct.chi2 == Approx(chi2_of(r, S, 2, 8)).epsilon(1e-12));
+  // The prefit's form, M = I, with a bin without variance (an empty Poisson bin): the direct route.
+  s.U.conservativeResize(rows, k);
+  s.m = s.m_inverse = Eigen::MatrixXd::Identity(k, k);
+  s.v(3) = 0;
+  const Eigen::MatrixXd S0 = Eigen::MatrixXd(s.v.asDiagonal()) + s.U * s.U.transpose();
+  CHECK(detail::linear_chi2(r, s, {0, rows}).chi2 == Approx(chi2_of(r, S0, 0, rows)).epsilon(1e-12));
+  s.v(3) = 1;
+  const Eigen::MatrixXd S1 = Eigen::MatrixXd(s.v.asDiagonal()) + s.U * s.U.transpose();
+  CHECK(detail::linear_chi2(r, s, {0, rows}).chi2 == Approx(chi2_of(r, S1, 0, rows)).epsilon(1e-12));  // Woodbury's
 }

@@ -792,7 +792,8 @@ class Reader {
     try {
       if (info == nullptr) throw hist::unreadable_axis("the meta has no channel_info");
       if (info->kind != Kind::dict) throw hist::unreadable_axis(std::string("the meta's channel_info is a ") + pickle::kind_name(info->kind) + ", not a dict");
-      for (const auto& [key, value] : info->entries) {
+      for (const auto& entry : info->entries) {
+        const pickle::Value &key = entry.first, &value = entry.second;  // (a lambda cannot capture a structured binding in clang 14)
         if (key.kind != Kind::string) throw hist::unreadable_axis(std::string("channel_info has a key that is a ") + pickle::kind_name(key.kind));
         const std::string at = "channel_info['" + key.text + "']";
         if (!names.insert(key.text).second) throw hist::unreadable_axis(at + " is set twice");

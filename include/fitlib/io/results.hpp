@@ -29,7 +29,7 @@
 namespace fitlib::io {
 
 /// Version of the results layout (docs/results-format.md); bumped when a reader would need to change.
-inline constexpr std::int64_t results_format_version = 4;
+inline constexpr std::int64_t results_format_version = 5;
 
 /// One fit of a run and what was computed after it.
 struct FitRecord {
@@ -326,12 +326,30 @@ inline void write_histograms(const hdf5::Location& fit, const Histograms& h) {
     if (!v.empty()) hdf5::write(g, name, std::span<const double>(v), {nb, v.size() / (2 * nb), 2});
   };
   variations("prefit_variations", h.prefit_variations);
+  // per channel `[channels]` (masked: NaN, ndf 0), the total over every data bin as attributes
+  const auto chi2 = [&](const char* name, const std::vector<LinearChi2>& per, const LinearChi2& total, const std::string& note) {
+    if (per.empty()) return;
+    const hdf5::Location c = hdf5::create_group(g, name);
+    std::vector<double> values;
+    std::vector<std::int64_t> ndf;
+    for (const LinearChi2& x : per) {
+      values.push_back(x.chi2);
+      ndf.push_back(x.ndf);
+    }
+    hdf5::write(c, "chi2", std::span<const double>(values));
+    hdf5::write(c, "ndf", std::span<const std::int64_t>(ndf));
+    hdf5::write_attribute(c, "total_chi2", total.chi2);
+    hdf5::write_attribute(c, "total_ndf", total.ndf);
+    if (!note.empty()) hdf5::write_attribute(c, "note", note);
+  };
+  chi2("prefit_chi2", h.prefit_chi2, h.prefit_chi2_total, {});
   if (h.postfit.empty()) return;  // blinded
   hdf5::write(g, "postfit", std::span<const double>(h.postfit), {nb, np});
   hdf5::write(g, "postfit_total", std::span<const double>(h.postfit_total));
   hdf5::write(g, "postfit_variance", std::span<const double>(h.postfit_variance));
   covariances("postfit_covariance", h.postfit_covariance);
   variations("postfit_variations", h.postfit_variations);
+  chi2("postfit_chi2", h.postfit_chi2, h.postfit_chi2_total, h.postfit_chi2_note);
 }
 
 inline nlohmann::json histograms_json(const Histograms& h) {
@@ -345,10 +363,19 @@ inline nlohmann::json histograms_json(const Histograms& h) {
     return a;
   };
   if (!h.prefit_covariance.empty()) j["prefit_covariance"] = covariances(h.prefit_covariance);
+  const auto chi2 = [](const std::vector<LinearChi2>& per, const LinearChi2& total, const std::string& note) {
+    const auto one = [](const LinearChi2& x) { return nlohmann::json{{"chi2", finite_or_null(x.chi2)}, {"ndf", x.ndf}}; };
+    nlohmann::json c = {{"total", one(total)}, {"channels", nlohmann::json::array()}};
+    for (const LinearChi2& x : per) c["channels"].push_back(one(x));
+    if (!note.empty()) c["note"] = note;
+    return c;
+  };
+  if (!h.prefit_chi2.empty()) j["prefit_chi2"] = chi2(h.prefit_chi2, h.prefit_chi2_total, {});
   if (!h.postfit.empty()) {
     j["postfit_total"] = finite_or_null(h.postfit_total);
     j["postfit_variance"] = finite_or_null(h.postfit_variance);
     if (!h.postfit_covariance.empty()) j["postfit_covariance"] = covariances(h.postfit_covariance);
+    if (!h.postfit_chi2.empty()) j["postfit_chi2"] = chi2(h.postfit_chi2, h.postfit_chi2_total, h.postfit_chi2_note);
   }
   return j;
 }

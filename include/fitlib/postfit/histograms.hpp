@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/minimize/status.hpp"
 #include "fitlib/model/model.hpp"
+#include "fitlib/postfit/chi2.hpp"
 #include "fitlib/postfit/held_beta.hpp"
 
 namespace fitlib {
@@ -55,12 +57,22 @@ struct Histograms {
   /// unconstrained one and 0 for the POIs (rabbit's prefit covariance with unit errors for the unconstrained), postfit
   /// √C_ii (0 for a frozen parameter, NaN where the covariance is not usable). Empty otherwise.
   std::vector<double> prefit_variations, postfit_variations;
+  /// With HistogramOptions::chi2 (rabbit's default, off with --noChi2): the linear χ² of the summed yields against
+  /// the data over every data bin (`*_chi2_total`, rabbit's) and per channel (`*_chi2`, Model::channels' order, each
+  /// with its bins' marginal covariance; ndf 0 and NaN for a masked channel). Prefit the residuals' covariance is the
+  /// data's plus the prefit yields' (J·C₀·Jᵀ and β's prior); postfit it is that of ν(x̂) − n with x̂ moving with the
+  /// data and the constraint centres θ₀ (rabbit's profiled residuals): with R = ∂(ν(x̂) − n)/∂n and Θ = ∂ν(x̂)/∂θ₀,
+  /// R·V·Rᵀ + Θ·diag(1/w)·Θᵀ. Postfit with bin-by-bin statistics it is not computed yet (`postfit_chi2_note`).
+  std::vector<LinearChi2> prefit_chi2, postfit_chi2;
+  LinearChi2 prefit_chi2_total, postfit_chi2_total;
+  std::string postfit_chi2_note;  ///< why the postfit χ² are NaN, when they are for a reason other than S
 };
 
 /// What `histograms` computes besides the yields and their variances.
 struct HistogramOptions {
   bool covariance = false;  ///< each channel's bin-by-bin covariance (Histograms::prefit_covariance, postfit_covariance)
   bool variations = false;  ///< each parameter's ±1σ shift of every bin (Histograms::prefit_variations, postfit_variations)
+  bool chi2 = true;         ///< the linear χ² against the data, per channel and in total (Histograms::prefit_chi2, ...)
 };
 
 namespace detail {
@@ -159,6 +171,115 @@ inline std::vector<double> process_sums(const std::vector<double>& nu, index_t n
   return total;
 }
 
+/// Copies the rows of the data bins among a block's, of J (`[block bins × n]`), into `Jd` (`[data bins × n]`).
+template <class Jacobian>
+void gather_data_rows(const BinRange& blk, const Jacobian& J, index_t ndata, Eigen::MatrixXd& Jd) {
+  for (index_t b = blk.begin; b < std::min(blk.end, ndata); ++b) Jd.row(b) = J.row(b - blk.begin);
+}
+
+/// The data's part of the χ²'s residual covariance: for Poisson the counts (rabbit's), for the χ² terms the variances
+/// they use (rabbit takes the counts there too, which differs only where the tensor's data variances do), and for
+/// the covariance term with the model's inverse data covariance its inverse (dense).
+template <class Lik>
+ResidualCovariance data_covariance(const Lik& lik) {
+  const Model& m = lik.model();
+  ResidualCovariance s;
+  const bool poisson = lik.options().data_term == DataTerm::poisson;
+  s.v = Eigen::Map<const Eigen::VectorXd>((poisson ? lik.data() : lik.data_variances()).data(), m.nbins());
+  if (lik.options().data_term == DataTerm::covariance && !m.data_covariance_inverse.empty()) {
+    const Eigen::Map<const Eigen::MatrixXd> cinv(m.data_covariance_inverse.data(), m.nbins(), m.nbins());
+    s.dense = cinv.llt().solve(Eigen::MatrixXd::Identity(m.nbins(), m.nbins()));
+  }
+  return s;
+}
+
+/// The χ² of the residuals `r` (`[data bins]`) with covariance `s`, per channel (masked ones: ndf 0) and over every
+/// data bin; without `s`, NaN with their ndf (not computed).
+inline void channel_chi2(const Model& m, const Eigen::VectorXd& r, const ResidualCovariance* s, std::vector<LinearChi2>& per, LinearChi2& total) {
+  const auto chi2 = [&](BinRange rows) { return s ? linear_chi2(r, *s, rows) : LinearChi2{.ndf = rows.size()}; };
+  index_t b0 = 0;
+  for (const Channel& c : m.channels) {
+    per.push_back(c.masked ? LinearChi2{} : chi2({b0, b0 + c.nbins}));
+    if (!c.masked) b0 += c.nbins;
+  }
+  const bool one = std::count_if(m.channels.begin(), m.channels.end(), [](const Channel& c) { return !c.masked; }) == 1;
+  total = one ? per.front() : chi2({0, m.nbins()});  // (the unmasked channels come first)
+}
+
+/// The prefit residuals' covariance: the data's plus U·Uᵀ, U = J·C₀^½ over the constrained nuisances (`c0` their
+/// prior variances, 0 elsewhere), plus β's prior in every data bin (`nu`, per process before β).
+template <class Lik>
+ResidualCovariance prefit_residual_covariance(const Lik& lik, const Eigen::MatrixXd& Jd, const Eigen::VectorXd& c0, const BinByBinStats& st,
+                                              const std::vector<double>& nu) {
+  ResidualCovariance s = data_covariance(lik);
+  std::vector<index_t> cols;
+  for (index_t i = 0; i < c0.size(); ++i)
+    if (c0(i) > 0) cols.push_back(i);
+  s.U.resize(Jd.rows(), static_cast<index_t>(cols.size()));
+  for (std::size_t k = 0; k < cols.size(); ++k) s.U.col(static_cast<index_t>(k)) = Jd.col(cols[k]) * std::sqrt(c0(cols[k]));
+  s.m = s.m_inverse = Eigen::MatrixXd::Identity(s.U.cols(), s.U.cols());
+  for (index_t b = 0; b < Jd.rows(); ++b) {
+    const double prior = prior_beta_variance(st, nu, b);
+    if (s.dense.size() != 0)
+      s.dense(b, b) += prior;
+    else
+      s.v(b) += prior;
+  }
+  return s;
+}
+
+/// The postfit residuals' covariance without bin-by-bin statistics, rabbit's _residuals_profiled: r = ν(x̂) − n with
+/// x̂ moving with n and θ₀ by the implicit function theorem, dx̂ = C·(Wf·dθ₀ − Jfᵀ·A·dn), A = ∂²ℓ/∂ν∂n (−1/ν̂ Poisson,
+/// −V⁻¹ for the χ² terms), Jf the free columns of J (`Jd`, data rows), C = H⁻¹ (`llt`, its factor), Wf the
+/// constraints' weights. With K = Jf·C, E = A·V and G = Jfᵀ·A·V·A·Jf:
+///   S = V + K·(Wf + G)·Kᵀ + K·(E·Jf)ᵀ + (E·Jf)·Kᵀ = V + U·M·Uᵀ,  U = [K, E·Jf],  M = [[Wf + G, I], [I, 0]],
+/// M⁻¹ = [[0, I], [I, −(Wf + G)]]. E = −I for the χ² terms; for Poisson E = −diag(v/ν̂).
+template <class Lik>
+ResidualCovariance postfit_residual_covariance(const Lik& lik, const Eigen::MatrixXd& Jd, const std::vector<index_t>& free, const Eigen::LLT<Eigen::MatrixXd>& llt,
+                                               const std::vector<double>& total) {
+  const Model& m = lik.model();
+  const index_t nd = Jd.rows(), nf = static_cast<index_t>(free.size());
+  ResidualCovariance s = data_covariance(lik);
+  Eigen::MatrixXd Jf(nd, nf);
+  Eigen::VectorXd wf(nf);
+  for (index_t k = 0; k < nf; ++k) {
+    const index_t i = free[static_cast<std::size_t>(k)];
+    Jf.col(k) = Jd.col(i);
+    wf(k) = i < m.npoi() ? 0.0 : m.constraint_weights[static_cast<std::size_t>(i - m.npoi())];
+  }
+  Eigen::MatrixXd G, EJ;
+  if (s.dense.size() != 0) {  // A = −V⁻¹: E = −I, G = Jfᵀ·V⁻¹·Jf
+    const Eigen::Map<const Eigen::MatrixXd> cinv(m.data_covariance_inverse.data(), nd, nd);
+    G = Jf.transpose() * cinv * Jf;
+    EJ = -Jf;
+  } else {
+    Eigen::VectorXd a(nd);
+    for (index_t b = 0; b < nd; ++b)
+      a(b) = lik.options().data_term == DataTerm::poisson ? -1 / total[static_cast<std::size_t>(b)] : -1 / s.v(b);
+    G = Jf.transpose() * (a.array().square() * s.v.array()).matrix().asDiagonal() * Jf;
+    EJ = a.cwiseProduct(s.v).asDiagonal() * Jf;
+  }
+  G.diagonal() += wf;
+  s.U.resize(nd, 2 * nf);
+  s.U.leftCols(nf) = llt.solve(Jf.transpose()).transpose();  // K = Jf·C
+  s.U.rightCols(nf) = EJ;
+  const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(nf, nf);
+  s.m.setZero(2 * nf, 2 * nf);
+  s.m.topLeftCorner(nf, nf) = G;
+  s.m.topRightCorner(nf, nf) = s.m.bottomLeftCorner(nf, nf) = I;
+  s.m_inverse.setZero(2 * nf, 2 * nf);
+  s.m_inverse.bottomRightCorner(nf, nf) = -G;
+  s.m_inverse.topRightCorner(nf, nf) = s.m_inverse.bottomLeftCorner(nf, nf) = I;
+  return s;
+}
+
+/// The residuals prediction − data of the data bins.
+inline Eigen::VectorXd residuals(const std::vector<double>& total, const std::vector<double>& data) {
+  Eigen::VectorXd r(static_cast<index_t>(data.size()));
+  for (std::size_t b = 0; b < data.size(); ++b) r(static_cast<index_t>(b)) = total[b] - data[b];
+  return r;
+}
+
 }  // namespace detail
 
 /// Throws unless `lik` can give histograms, saying what to change: bin-by-bin statistics need a separable data term,
@@ -205,7 +326,9 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     sigma0(m.npoi() + s) = w > 0 ? 1 / std::sqrt(w) : 1.0;
   }
   h.prefit_variance.assign(static_cast<std::size_t>(bf), 0.0);
+  Eigen::MatrixXd Jd(opts.chi2 ? nb : 0, n);  // the data bins' rows of J, for the χ²
   detail::for_jacobian_blocks(lik, x0, false, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
+    if (opts.chi2) detail::gather_data_rows(blk, J, nb, Jd);
     Eigen::MatrixXd cov;
     if (opts.covariance) {
       const Eigen::MatrixXd js = J * c0.cwiseSqrt().asDiagonal();
@@ -215,6 +338,10 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
                         opts.covariance ? &h.prefit_covariance : nullptr);
     if (opts.variations) detail::store_variations(blk, J, h.prefit_total, sigma0, h.prefit_variations);  // β at β₀: this J
   });
+  if (opts.chi2) {
+    const detail::ResidualCovariance s = detail::prefit_residual_covariance(lik, Jd, c0, st, nu0);
+    detail::channel_chi2(m, detail::residuals(h.prefit_total, h.data), &s, h.prefit_chi2, h.prefit_chi2_total);
+  }
   const std::vector<double> beta_hat = lik.bin_by_bin_parameters(r.x);
 
   const std::vector<double> nu = lik.yields(r.x);
@@ -237,6 +364,7 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     if (opts.covariance)
       for (const Channel& c : m.channels) h.postfit_covariance.emplace_back(static_cast<std::size_t>(c.nbins * c.nbins), nan);
     if (opts.variations) h.postfit_variations.assign(static_cast<std::size_t>(bf * n * 2), nan);
+    if (opts.chi2) detail::channel_chi2(m, {}, nullptr, h.postfit_chi2, h.postfit_chi2_total);
     return h;
   }
   if (opts.variations) {  // J with β held at β̂ (fixed entries do not respond), rabbit's
@@ -249,7 +377,10 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     held.release();
   }
   h.postfit_variance.assign(static_cast<std::size_t>(bf), 0.0);
+  const bool postfit_chi2 = opts.chi2 && !st.enabled;
+  if (opts.chi2 && st.enabled) h.postfit_chi2_note = "the postfit χ² with bin-by-bin statistics is not computed yet";
   detail::for_jacobian_blocks(lik, r.x, true, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
+    if (postfit_chi2) detail::gather_data_rows(blk, J, nb, Jd);
     Eigen::MatrixXd y(nf, blk.size());  // R⁻¹·Jᵀ over the free columns of J: the block's J·C·Jᵀ is yᵀ·y
     for (index_t k = 0; k < nf; ++k) y.row(k) = J.col(free[static_cast<std::size_t>(k)]).transpose();
     llt.matrixL().solveInPlace(y);
@@ -258,6 +389,10 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     detail::store_block(blk, y.colwise().squaredNorm().transpose(), std::move(cov), bvar, st, nu, nb, h.postfit_variance,
                         opts.covariance ? &h.postfit_covariance : nullptr);
   });
+  if (opts.chi2) {
+    const auto s = postfit_chi2 ? std::optional(detail::postfit_residual_covariance(lik, Jd, free, llt, h.postfit_total)) : std::nullopt;
+    detail::channel_chi2(m, detail::residuals(h.postfit_total, h.data), s ? &*s : nullptr, h.postfit_chi2, h.postfit_chi2_total);
+  }
   return h;
 }
 
