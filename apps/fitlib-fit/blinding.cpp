@@ -98,6 +98,13 @@ void blind(io::FitRecord& f, const Blinding& b) {
     f.histograms->postfit_chi2_total = {};
     f.histograms->postfit_chi2_note.clear();
   }
+  for (MappedHistograms& h : f.mappings) {
+    h.postfit.clear();
+    h.postfit_variance.clear();
+    h.postfit_covariance.clear();
+    h.postfit_chi2 = {};
+    h.postfit_chi2_note.clear();
+  }
   f.blinded = b.names;
 }
 

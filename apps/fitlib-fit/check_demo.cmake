@@ -94,6 +94,19 @@ if(NOT chi2_pre GREATER 0 OR NOT chi2_post GREATER 0 OR NOT ndf EQUAL nbins_data
   message(FATAL_ERROR "--saveHists: linear chi2 prefit '${chi2_pre}', postfit '${chi2_post}' with ndf ${ndf} of ${nbins_data} data bins, "
                       "${nchi2} channels of ${nchannels}")
 endif()
+# rabbit's mappings (-m): the demo tensor has no meta, so its channels are rabbit's defaults with the axis "obs"
+run_fit(hists_mappings -t 0 --unblind --saveHists --noBinByBinStat -m Project ch0 -m Select ch0 "obs:slice(0,10)"
+        -m Ratio ch0 ch0 "obs:slice(0,10)" "obs:slice(10,20)")
+string(JSON nmap LENGTH "${json}" fits 0 mappings)
+string(JSON key GET "${json}" fits 0 mappings 0 key)
+string(JSON total GET "${json}" fits 0 mappings 0 postfit 0)
+string(JSON nsel LENGTH "${json}" fits 0 mappings 1 postfit)
+string(JSON ratio_ndf GET "${json}" fits 0 mappings 2 postfit_chi2 ndf)
+string(JSON var GET "${json}" fits 0 mappings 2 postfit_variance 0)
+if(NOT nmap EQUAL 3 OR NOT key STREQUAL "Project ch0" OR NOT total GREATER 0 OR NOT nsel EQUAL 10 OR NOT ratio_ndf EQUAL 10 OR NOT var GREATER 0)
+  message(FATAL_ERROR "-m: ${nmap} mappings, the first '${key}' with ${total}, the Select of ${nsel} bins, the Ratio's chi2 ndf "
+                      "${ratio_ndf} and first variance ${var}")
+endif()
 run_fit(hists_nochi2 -t 0 --unblind --saveHists --noBinByBinStat --noChi2)
 string(JSON chi2 ERROR_VARIABLE absent GET "${json}" fits 0 histograms prefit_chi2)
 if(NOT absent)

@@ -123,6 +123,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
   app.add_flag("--computeVariations", a.hist_variations,
                "with --saveHists: every bin's summed yield with each parameter moved down and up by its σ (linear, as rabbit's), "
                "prefit and postfit; in the HDF5 results only");
+  app.add_option("-m,--mapping", a.mappings,
+                 "KIND ARG…: with --saveHists, the histograms of a mapping as rabbit's -m (repeatable): Select CHANNEL [AXIS:SEL,…], "
+                 "Project CHANNEL [AXIS…], Normalize CHANNEL [AXIS…], Ratio NUM DEN [NUMSEL DENSEL]; SEL an index, slice(a,b), sum or None")
+      ->expected(1, -1);
   app.add_flag("--noChi2", a.no_chi2, "with --saveHists: no linear chi2 of the prefit and postfit histograms against the data (rabbit's --noChi2)");
   app.add_option("--scan2D", a.scan2d, "A B: a profile-likelihood scan over the grid of two parameters, its points fitted as a batch of replicas (repeatable)");
   app.add_option("--scanPoints", a.scan_points, "points per scan (per parameter of a 2D scan)")->capture_default_str();
@@ -190,8 +194,8 @@ void check_arguments(Args& a) {
       io::check_output_path(json_path(a), "the JSON summary (--json)", {a.input});
     }
   }
-  if ((a.hist_cov || a.hist_variations || a.no_chi2) && !a.save_hists)
-    throw usage_error(std::string(a.hist_cov ? "--computeHistCov" : a.hist_variations ? "--computeVariations" : "--noChi2") +
+  if ((a.hist_cov || a.hist_variations || a.no_chi2 || !a.mappings.empty()) && !a.save_hists)
+    throw usage_error(std::string(a.hist_cov ? "--computeHistCov" : a.hist_variations ? "--computeVariations" : a.no_chi2 ? "--noChi2" : "-m") +
                       " is part of the histograms: add --saveHists");
   if (a.ranks > 1 && a.save_hists)
     throw usage_error("--saveHists propagates through every bin's templates, which no MPI rank holds alone; run fitlib-fit without "
@@ -355,6 +359,7 @@ nlohmann::json options_json(const Args& a) {
           {"computeHistCov", a.hist_cov},
           {"computeVariations", a.hist_variations},
           {"noChi2", a.no_chi2},
+          {"mapping", a.mappings},
           {"unblind", a.unblind_all ? nlohmann::json("all") : nlohmann::json(a.unblind)},
           {"threads", a.threads},
           {"ranks", a.ranks}};

@@ -48,6 +48,7 @@ struct Args {
   bool hist_cov = false;         ///< --computeHistCov
   bool hist_variations = false;  ///< --computeVariations
   bool no_chi2 = false;          ///< --noChi2
+  std::vector<std::vector<std::string>> mappings;  ///< -m/--mapping KIND ARG… (repeatable)
   index_t scan_points = 15;
   double scan_range = 3;
   std::vector<std::string> unblind;

@@ -72,6 +72,14 @@ void print_summary(const Model& m, const io::FitRecord& f, const LikelihoodOptio
     if (!h.postfit_chi2.empty()) std::printf(", postfit %.4f", h.postfit_chi2_total.chi2);
     std::printf("%s\n", h.postfit_chi2_note.empty() ? "" : (" (postfit: " + h.postfit_chi2_note + ")").c_str());
   }
+  for (const MappedHistograms& h : f.mappings) {
+    std::printf("   mapping '%s': %td bins", h.key.c_str(), h.size);
+    if (!h.data.empty()) {
+      std::printf(", linear chi2 over %td: prefit %.4f", h.prefit_chi2.ndf, h.prefit_chi2.chi2);
+      if (!h.postfit.empty()) std::printf(", postfit %.4f", h.postfit_chi2.chi2);
+    }
+    std::printf("\n");
+  }
   for (const GridScan& g : f.scans2d) {
     const auto n = std::count_if(g.status.begin(), g.status.end(), [](FitStatus st) { return converged(st); });
     std::printf("   2D scan of %s and %s: %zu × %zu points, %td converged\n", g.parameters[0].c_str(), g.parameters[1].c_str(), g.values[0].size(),

@@ -117,7 +117,11 @@ void postfit(io::FitRecord& rec, Lik& lik, const TrustRegion<Sub>& tr, const Arg
   auto advance = [&] {
     if (progress) progress->advance();
   };
-  if (a.save_hists && !is_toy(rec)) rec.histograms = histograms(lik, r, {.covariance = a.hist_cov, .variations = a.hist_variations, .chi2 = !a.no_chi2});
+  if (a.save_hists && !is_toy(rec)) {
+    const HistogramOptions ho{.covariance = a.hist_cov, .variations = a.hist_variations, .chi2 = !a.no_chi2};
+    rec.histograms = histograms(lik, r, ho);
+    for (const auto& words : a.mappings) rec.mappings.push_back(mapped_histograms(lik, r, parse_mapping(lik.model(), words), ho));
+  }
   if (a.impacts) rec.impacts = traditional_impacts(lik, r), advance();
   if (a.global_impacts) rec.global_impacts = global_impacts(lik, r), advance();
   // A scan needs a free parameter with a finite σ to set its range; without one (a failed covariance) the fit's
@@ -407,6 +411,7 @@ Fits run_all(const Args& a, std::shared_ptr<const Model> model, const std::vecto
     for (const auto& p : a.scan) (void)lik.parameter_index(p);
     for (const auto& [x, y] : a.scan2d) (void)lik.parameter_index(x), (void)lik.parameter_index(y);
     if (a.save_hists) require_histograms(lik);
+    for (const auto& words : a.mappings) (void)parse_mapping(lik.model(), words);
     (void)frozen_mask(lik.parameter_names(), a.freeze);
     return run_with_method(lik, a, in);
   };

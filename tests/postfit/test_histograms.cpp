@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 
 #include "fitlib/fit.hpp"
 #include "fitlib/postfit/histograms.hpp"
+#include "fitlib/postfit/mappings.hpp"
 #include "policies.hpp"
 #include "random_model.hpp"
 
@@ -621,4 +623,175 @@ TEST_CASE("linear_chi2: Woodbury's route equals the direct one", "[postfit][chi2
   s.v(3) = 1;
   const Eigen::MatrixXd S1 = Eigen::MatrixXd(s.v.asDiagonal()) + s.U * s.U.transpose();
   CHECK(detail::linear_chi2(r, s, {0, rows}).chi2 == Approx(chi2_of(r, S1, 0, rows)).epsilon(1e-12));  // Woodbury's
+}
+
+namespace {
+
+/// An integer axis of `n` bins.
+Axis integer_axis(const std::string& name, index_t n) {
+  Axis a;
+  a.name = name;
+  for (index_t e = 0; e <= n; ++e) a.edges.push_back(static_cast<double>(e));
+  return a;
+}
+
+/// chi2_model's bins as three channels with axes: "a" (x: 3 × y: 4), "b" (z: 12) and the masked "m" (u: 3).
+Model mapping_model() {
+  test::RandomModelSpec sp;
+  sp.bins = 24;
+  sp.masked_bins = 3;
+  sp.nsyst = 4;
+  sp.zero_counts = false;
+  sp.seed = 43;
+  sp.template_stats = true;
+  Model m = test::random_model(sp);
+  m.channels = {{"a", 12, false, {integer_axis("x", 3), integer_axis("y", 4)}},
+                {"b", 12, false, {integer_axis("z", 12)}},
+                {"m", 3, true, {integer_axis("u", 3)}}};
+  m.constraint_weights[2] = 4;
+  return m;
+}
+
+std::vector<double> values_of(const BinMapping& f, const std::vector<double>& nu) {
+  std::vector<double> y(static_cast<std::size_t>(f.size()));
+  f.value(nu, y);
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("mappings: Select, Project, Normalize and Ratio sum the bins they should, with their forward derivative", "[postfit][mappings]") {
+  const Model m = mapping_model();
+  std::vector<double> nu(static_cast<std::size_t>(m.nbins_full()));
+  for (std::size_t b = 0; b < nu.size(); ++b) nu[b] = 1.0 + static_cast<double>(b * b % 7) + 0.1 * static_cast<double>(b);
+  const auto a = [&](index_t x, index_t y) { return nu[static_cast<std::size_t>(x * 4 + y)]; };
+  const auto b = [&](index_t z) { return nu[static_cast<std::size_t>(12 + z)]; };
+
+  const BinMapping px = parse_mapping(m, {"Project", "a", "x"});
+  CHECK(px.key() == "Project a x");
+  REQUIRE(px.size() == 3);
+  CHECK(px.channels().front().axes.front().name == "x");
+  for (index_t x = 0; x < 3; ++x) CHECK(values_of(px, nu)[static_cast<std::size_t>(x)] == Approx(a(x, 0) + a(x, 1) + a(x, 2) + a(x, 3)));
+  const BinMapping pyx = parse_mapping(m, {"Project", "a", "y", "x"});  // transposed
+  REQUIRE(pyx.size() == 12);
+  CHECK(pyx.channels().front().axes[0].name == "y");
+  for (index_t y = 0; y < 4; ++y)
+    for (index_t x = 0; x < 3; ++x) CHECK(values_of(pyx, nu)[static_cast<std::size_t>(y * 3 + x)] == a(x, y));
+  CHECK(parse_mapping(m, {"Project", "a"}).size() == 1);
+  const BinMapping s1 = parse_mapping(m, {"Select", "a", "x:1"});  // one index: that bin, the axis summed away
+  REQUIRE(s1.size() == 4);
+  for (index_t y = 0; y < 4; ++y) CHECK(values_of(s1, nu)[static_cast<std::size_t>(y)] == a(1, y));
+  const BinMapping s2 = parse_mapping(m, {"Select", "a", "x:slice(1,3),y:sum"});
+  REQUIRE(s2.size() == 2);
+  CHECK(s2.channels().front().axes.front().edges == std::vector<double>{1, 2, 3});
+  CHECK(values_of(s2, nu)[1] == Approx(a(2, 0) + a(2, 1) + a(2, 2) + a(2, 3)));
+  const BinMapping norm = parse_mapping(m, {"Normalize", "a", "y"});
+  CHECK(norm.ndf_reduction() == 1);
+  const std::vector<double> yn = values_of(norm, nu);
+  CHECK(std::accumulate(yn.begin(), yn.end(), 0.0) == Approx(1.0).epsilon(1e-15));
+  const BinMapping ratio = parse_mapping(m, {"Ratio", "a", "b", "x:sum", "z:slice(0,4)"});
+  REQUIRE(ratio.size() == 4);
+  CHECK(ratio.channels().front().name == "a_b");
+  CHECK(ratio.channels().front().axes.front().name == "a0");  // y and z differ: rabbit's integer axes
+  CHECK(values_of(ratio, nu)[2] == Approx((a(0, 2) + a(1, 2) + a(2, 2)) / b(2)));
+  CHECK(ratio.has_data());
+  CHECK_FALSE(parse_mapping(m, {"Project", "m"}).has_data());
+
+  // The forward derivative against central differences of value(), along two directions at once.
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> g;
+  Eigen::MatrixXd dnu = Eigen::MatrixXd::NullaryExpr(m.nbins_full(), 2, [&] { return g(rng); });
+  for (const BinMapping* f : {&px, &norm, &ratio}) {
+    Eigen::MatrixXd dy(f->size(), 2);
+    f->forward(nu, ConstBlockView<double>(dnu.data(), dnu.rows(), 2), BlockView<double>(dy.data(), f->size(), 2));
+    for (index_t k = 0; k < 2; ++k) {
+      std::vector<double> up = nu, down = nu;
+      for (std::size_t i = 0; i < nu.size(); ++i) {
+        up[i] += 1e-6 * dnu(static_cast<index_t>(i), k);
+        down[i] -= 1e-6 * dnu(static_cast<index_t>(i), k);
+      }
+      const std::vector<double> yu = values_of(*f, up), yd = values_of(*f, down);
+      for (index_t o = 0; o < f->size(); ++o)
+        CHECK(dy(o, k) == Approx((yu[static_cast<std::size_t>(o)] - yd[static_cast<std::size_t>(o)]) / 2e-6).epsilon(1e-7).margin(1e-9));
+    }
+  }
+
+  // Bad input names what is wrong.
+  CHECK_THROWS_WITH(parse_mapping(m, {"Project", "c", "x"}), Catch::Contains("no channel 'c'") && Catch::Contains("'a', 'b', 'm'"));
+  CHECK_THROWS_WITH(parse_mapping(m, {"Project", "a", "z"}), Catch::Contains("no axis 'z'") && Catch::Contains("'x', 'y'"));
+  CHECK_THROWS_WITH(parse_mapping(m, {"Select", "a", "sig0"}), Catch::Contains("selecting processes"));
+  CHECK_THROWS_WITH(parse_mapping(m, {"Select", "a", "x:5"}), Catch::Contains("outside axis 'x'"));
+  CHECK_THROWS_WITH(parse_mapping(m, {"Select", "a", "x:slice(0,3,2)"}), Catch::Contains("slice(a,b)"));
+  CHECK_THROWS_WITH(parse_mapping(m, {"Ratio", "a", "b"}), Catch::Contains("different shapes"));
+  CHECK_THROWS_WITH(parse_mapping(m, {"Asymmetry", "a", "b"}), Catch::Contains("Select, Project, Normalize and Ratio"));
+}
+
+TEST_CASE("mapped histograms: the bins' propagation mapped, bin-by-bin statistics included, and the χ²", "[postfit][mappings][chi2]") {
+  const bool bbstat = GENERATE(false, true);
+  INFO((bbstat ? "with" : "without") << " bin-by-bin statistics");
+  const Model m = mapping_model();
+  LikelihoodOptions o;
+  o.bin_by_bin.enabled = bbstat;
+  SerialLikelihood lik(m, {}, o);
+  const FitResult r = fit(lik, TrustRegion<Exact>{});
+  REQUIRE(r.converged());
+  const Histograms h = histograms(lik, r, {.covariance = true});
+  const auto block = [&](const std::vector<double>& rows, index_t nbins) { return Eigen::MatrixXd(Eigen::MatrixXd::Map(rows.data(), nbins, nbins)); };
+
+  // Select of a whole channel is the channel: its yields, variances and covariance; its χ² the channel's.
+  const MappedHistograms sa = mapped_histograms(lik, r, parse_mapping(m, {"Select", "a"}), {.covariance = true});
+  REQUIRE(sa.size == 12);
+  for (std::size_t b = 0; b < 12; ++b) {
+    CHECK(sa.prefit[b] == Approx(h.prefit_total[b]).epsilon(1e-15));
+    CHECK(sa.postfit[b] == Approx(h.postfit_total[b]).epsilon(1e-15));
+    CHECK(sa.prefit_variance[b] == Approx(h.prefit_variance[b]).epsilon(1e-12));
+    CHECK(sa.postfit_variance[b] == Approx(h.postfit_variance[b]).epsilon(1e-12));
+    CHECK(sa.data[b] == m.data[b]);
+    CHECK(sa.data_variance[b] == Approx(m.data[b]).epsilon(1e-14));
+  }
+  CHECK(block(sa.postfit_covariance, 12).isApprox(block(h.postfit_covariance[0], 12), 1e-12));
+  CHECK(sa.prefit_chi2.ndf == 12);
+  CHECK(sa.prefit_chi2.chi2 == Approx(h.prefit_chi2[0].chi2).epsilon(1e-10));
+  if (bbstat) {
+    CHECK(std::isnan(sa.postfit_chi2.chi2));
+    CHECK_FALSE(sa.postfit_chi2_note.empty());
+  } else {
+    CHECK(sa.postfit_chi2.chi2 == Approx(h.postfit_chi2[0].chi2).epsilon(1e-10));
+  }
+
+  // Project sums the covariance over its groups of bins.
+  const MappedHistograms px = mapped_histograms(lik, r, parse_mapping(m, {"Project", "a", "x"}));
+  for (index_t x = 0; x < 3; ++x) {
+    const Eigen::MatrixXd pre = block(h.prefit_covariance[0], 12).block(x * 4, x * 4, 4, 4), post = block(h.postfit_covariance[0], 12).block(x * 4, x * 4, 4, 4);
+    CHECK(px.prefit_variance[static_cast<std::size_t>(x)] == Approx(pre.sum()).epsilon(1e-12));
+    CHECK(px.postfit_variance[static_cast<std::size_t>(x)] == Approx(post.sum()).epsilon(1e-12));
+  }
+  CHECK(px.prefit_covariance.empty());
+
+  // Normalize and Ratio: F·(J·C·Jᵀ + β's own)·Fᵀ with F from the forward derivative; the χ² of Normalize over one
+  // degree of freedom fewer, with a pseudo-inverse.
+  for (const auto& words : {std::vector<std::string>{"Normalize", "a", "y"}, {"Ratio", "a", "b", "x:sum", "z:slice(0,4)"}}) {
+    INFO(words.front());
+    const BinMapping f = parse_mapping(m, words);
+    const MappedHistograms mh = mapped_histograms(lik, r, f, {.covariance = true});
+    // every bin's covariance, channel by channel (a and b; the mappings read no other), then mapped
+    const index_t bf = m.nbins_full();
+    Eigen::MatrixXd full = Eigen::MatrixXd::Zero(bf, bf);
+    full.block(0, 0, 12, 12) = block(h.postfit_covariance[0], 12);
+    full.block(12, 12, 12, 12) = block(h.postfit_covariance[1], 12);
+    Eigen::MatrixXd F(f.size(), bf);
+    const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(bf, bf);
+    f.forward(h.postfit_total, ConstBlockView<double>(I.data(), bf, bf), BlockView<double>(F.data(), f.size(), bf));
+    if (words.front() == "Normalize") {  // reads channel a alone: the covariance across channels does not enter
+      CHECK(block(mh.postfit_covariance, f.size()).isApprox(F * full * F.transpose(), 1e-10));
+      CHECK(mh.prefit_chi2.ndf == 3);
+      CHECK(mh.prefit_chi2.chi2 > 0);
+    }
+    CHECK(mh.postfit == values_of(f, h.postfit_total));
+    if (!bbstat) {  // every bin correlated, through the parameters: F·J·C·Jᵀ·Fᵀ with a finite-difference J
+      const Eigen::MatrixXd Jy = F * fd_jacobian(lik, r.x);
+      const Eigen::MatrixXd want = Jy * Eigen::MatrixXd::Map(r.covariance.data(), Jy.cols(), Jy.cols()) * Jy.transpose();
+      for (index_t k = 0; k < f.size(); ++k) CHECK(mh.postfit_variance[static_cast<std::size_t>(k)] == Approx(want(k, k)).epsilon(1e-6));
+    }
+  }
 }

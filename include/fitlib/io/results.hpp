@@ -19,6 +19,7 @@
 #include "fitlib/model/model.hpp"
 #include "fitlib/postfit/gof.hpp"
 #include "fitlib/postfit/histograms.hpp"
+#include "fitlib/postfit/mappings.hpp"
 #include "fitlib/postfit/impacts.hpp"
 #include "fitlib/postfit/scan.hpp"
 #include "fitlib/replica/batch_scans.hpp"
@@ -41,6 +42,7 @@ struct FitRecord {
   std::vector<Scan> scans;
   std::vector<GridScan> scans2d;          ///< two-parameter scans (fitlib-fit --scan2D)
   std::optional<Histograms> histograms;   ///< prefit and postfit yields (fitlib-fit --saveHists); postfit ones empty when blinded
+  std::vector<MappedHistograms> mappings;  ///< the histograms of each mapping (fitlib-fit -m), likewise
   std::vector<double> bin_by_bin;         ///< β̂ `[nbins × bin_by_bin_per_bin]`, or empty
   index_t bin_by_bin_per_bin = 0;
   std::vector<std::string> blinded;       ///< parameters reported in blinded coordinates
@@ -251,12 +253,13 @@ inline nlohmann::json toys_json(const ToySummary& t) {
 
 namespace detail {
 
-inline void write_model(const hdf5::File& file, const ModelInfo& m) {
-  const hdf5::Location g = hdf5::create_group(file, "model");
-  std::vector<std::string> channels, processes;
-  std::vector<std::int64_t> channel_bins, channel_start, channel_masked, channel_flow, signal, group_members, group_offsets{0};
+/// Channels with their axes into g: `channels`, `channel_bins`, `channel_start`, `channel_masked`, `channel_flow` and
+/// `channel_axes/<c>/<k>` (the model's, and each mapping's).
+inline void write_channels(const hdf5::Location& g, const std::vector<Channel>& list) {
+  std::vector<std::string> channels;
+  std::vector<std::int64_t> channel_bins, channel_start, channel_masked, channel_flow;
   const hdf5::Location axes = hdf5::create_group(g, "channel_axes");
-  for (const Channel& c : m.channels) {
+  for (const Channel& c : list) {
     channel_start.push_back(channel_start.empty() ? 0 : channel_start.back() + channel_bins.back());
     channels.push_back(c.name);
     channel_bins.push_back(c.nbins);
@@ -277,6 +280,18 @@ inline void write_model(const hdf5::File& file, const ModelInfo& m) {
         hdf5::write_attribute(d, flag, std::int64_t{on ? 1 : 0});
     }
   }
+  hdf5::write_strings(g, "channels", channels);
+  hdf5::write(g, "channel_bins", std::span<const std::int64_t>(channel_bins));
+  hdf5::write(g, "channel_start", std::span<const std::int64_t>(channel_start));
+  hdf5::write(g, "channel_masked", std::span<const std::int64_t>(channel_masked));
+  hdf5::write(g, "channel_flow", std::span<const std::int64_t>(channel_flow));
+}
+
+inline void write_model(const hdf5::File& file, const ModelInfo& m) {
+  const hdf5::Location g = hdf5::create_group(file, "model");
+  std::vector<std::string> processes;
+  std::vector<std::int64_t> signal, group_members, group_offsets{0};
+  write_channels(g, m.channels);
   for (const Process& p : m.processes) {
     processes.push_back(p.name);
     signal.push_back(p.signal ? 1 : 0);
@@ -288,11 +303,6 @@ inline void write_model(const hdf5::File& file, const ModelInfo& m) {
     group_offsets.push_back(static_cast<std::int64_t>(group_members.size()));
   }
   const std::vector<std::int64_t> constrained(m.constrained.begin(), m.constrained.end());
-  hdf5::write_strings(g, "channels", channels);
-  hdf5::write(g, "channel_bins", std::span<const std::int64_t>(channel_bins));
-  hdf5::write(g, "channel_start", std::span<const std::int64_t>(channel_start));
-  hdf5::write(g, "channel_masked", std::span<const std::int64_t>(channel_masked));
-  hdf5::write(g, "channel_flow", std::span<const std::int64_t>(channel_flow));
   hdf5::write_strings(g, "processes", processes);
   hdf5::write(g, "process_signal", std::span<const std::int64_t>(signal));
   hdf5::write_strings(g, "parameters", m.parameters);
@@ -302,6 +312,13 @@ inline void write_model(const hdf5::File& file, const ModelInfo& m) {
   hdf5::write_strings(g, "groups", group_names);
   hdf5::write(g, "group_members", std::span<const std::int64_t>(group_members));
   hdf5::write(g, "group_offsets", std::span<const std::int64_t>(group_offsets));
+}
+
+/// A χ² as the attributes `<prefix>chi2`, `<prefix>ndf` and, when there is one, `<prefix>note`.
+inline void write_chi2_attributes(const hdf5::Location& g, const std::string& prefix, const LinearChi2& x, const std::string& note) {
+  hdf5::write_attribute(g, prefix + "chi2", x.chi2);
+  hdf5::write_attribute(g, prefix + "ndf", x.ndf);
+  if (!note.empty()) hdf5::write_attribute(g, prefix + "note", note);
 }
 
 inline void write_histograms(const hdf5::Location& fit, const Histograms& h) {
@@ -338,8 +355,7 @@ inline void write_histograms(const hdf5::Location& fit, const Histograms& h) {
     }
     hdf5::write(c, "chi2", std::span<const double>(values));
     hdf5::write(c, "ndf", std::span<const std::int64_t>(ndf));
-    hdf5::write_attribute(c, "total_chi2", total.chi2);
-    hdf5::write_attribute(c, "total_ndf", total.ndf);
+    write_chi2_attributes(c, "total_", total, {});
     if (!note.empty()) hdf5::write_attribute(c, "note", note);
   };
   chi2("prefit_chi2", h.prefit_chi2, h.prefit_chi2_total, {});
@@ -350,6 +366,85 @@ inline void write_histograms(const hdf5::Location& fit, const Histograms& h) {
   covariances("postfit_covariance", h.postfit_covariance);
   variations("postfit_variations", h.postfit_variations);
   chi2("postfit_chi2", h.postfit_chi2, h.postfit_chi2_total, h.postfit_chi2_note);
+}
+
+/// One group per mapping, `mappings/<i>` in the order given, its key as an attribute.
+inline void write_mappings(const hdf5::Location& fit, const std::vector<MappedHistograms>& list) {
+  if (list.empty()) return;
+  const hdf5::Location all = hdf5::create_group(fit, "mappings");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const MappedHistograms& h = list[i];
+    const hdf5::Location g = hdf5::create_group(all, std::to_string(i));
+    hdf5::write_attribute(g, "key", h.key);
+    write_channels(g, h.channels);
+    const auto size = static_cast<std::size_t>(h.size);
+    const auto vector = [&](const char* name, const std::vector<double>& v) {
+      if (!v.empty()) hdf5::write(g, name, std::span<const double>(v));
+    };
+    const auto matrix = [&](const char* name, const std::vector<double>& v) {
+      if (!v.empty()) hdf5::write(g, name, std::span<const double>(v), {size, size});
+    };
+    vector("data", h.data);
+    vector("data_variance", h.data_variance);
+    vector("prefit", h.prefit);
+    vector("prefit_variance", h.prefit_variance);
+    matrix("prefit_covariance", h.prefit_covariance);
+    if (!h.data.empty()) write_chi2_attributes(g, "prefit_", h.prefit_chi2, {});
+    if (h.postfit.empty()) continue;  // blinded
+    vector("postfit", h.postfit);
+    vector("postfit_variance", h.postfit_variance);
+    matrix("postfit_covariance", h.postfit_covariance);
+    if (!h.data.empty()) write_chi2_attributes(g, "postfit_", h.postfit_chi2, h.postfit_chi2_note);
+  }
+}
+
+inline nlohmann::json chi2_json(const LinearChi2& x) { return {{"chi2", finite_or_null(x.chi2)}, {"ndf", x.ndf}}; }
+
+/// The channels as the JSON lists them (model.channels, and each mapping's).
+inline nlohmann::json channels_json(const std::vector<Channel>& channels) {
+  nlohmann::json list = nlohmann::json::array();
+  index_t start = 0;
+  for (const Channel& c : channels) {
+    nlohmann::json axes = nlohmann::json::array();
+    for (const Axis& a : c.axes) {
+      nlohmann::json ja = {{"kind", a.kind_name()}, {"name", a.name}, {"label", a.label}};
+      if (a.categories.empty())
+        ja["edges"] = a.edges;
+      else
+        ja["categories"] = a.categories;
+      if (!a.transform.empty()) ja["transform"] = a.transform;
+      ja.update({{"underflow", a.underflow}, {"overflow", a.overflow}, {"circular", a.circular}, {"growth", a.growth}});
+      axes.push_back(std::move(ja));
+    }
+    list.push_back({{"name", c.name}, {"start", start}, {"bins", c.nbins}, {"masked", c.masked}, {"flow", c.flow}, {"axes", std::move(axes)}});
+    start += c.nbins;
+  }
+  return list;
+}
+
+inline nlohmann::json mappings_json(const std::vector<MappedHistograms>& list) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const MappedHistograms& h : list) {
+    nlohmann::json j = {{"key", h.key}, {"channels", channels_json(h.channels)}, {"prefit", finite_or_null(h.prefit)},
+                        {"prefit_variance", finite_or_null(h.prefit_variance)}};
+    if (!h.data.empty()) {
+      j["data"] = finite_or_null(h.data);
+      j["data_variance"] = finite_or_null(h.data_variance);
+      j["prefit_chi2"] = chi2_json(h.prefit_chi2);
+    }
+    if (!h.prefit_covariance.empty()) j["prefit_covariance"] = finite_or_null(h.prefit_covariance);
+    if (!h.postfit.empty()) {
+      j["postfit"] = finite_or_null(h.postfit);
+      j["postfit_variance"] = finite_or_null(h.postfit_variance);
+      if (!h.postfit_covariance.empty()) j["postfit_covariance"] = finite_or_null(h.postfit_covariance);
+      if (!h.data.empty()) {
+        j["postfit_chi2"] = chi2_json(h.postfit_chi2);
+        if (!h.postfit_chi2_note.empty()) j["postfit_chi2"]["note"] = h.postfit_chi2_note;
+      }
+    }
+    all.push_back(std::move(j));
+  }
+  return all;
 }
 
 inline nlohmann::json histograms_json(const Histograms& h) {
@@ -364,9 +459,8 @@ inline nlohmann::json histograms_json(const Histograms& h) {
   };
   if (!h.prefit_covariance.empty()) j["prefit_covariance"] = covariances(h.prefit_covariance);
   const auto chi2 = [](const std::vector<LinearChi2>& per, const LinearChi2& total, const std::string& note) {
-    const auto one = [](const LinearChi2& x) { return nlohmann::json{{"chi2", finite_or_null(x.chi2)}, {"ndf", x.ndf}}; };
-    nlohmann::json c = {{"total", one(total)}, {"channels", nlohmann::json::array()}};
-    for (const LinearChi2& x : per) c["channels"].push_back(one(x));
+    nlohmann::json c = {{"total", chi2_json(total)}, {"channels", nlohmann::json::array()}};
+    for (const LinearChi2& x : per) c["channels"].push_back(chi2_json(x));
     if (!note.empty()) c["note"] = note;
     return c;
   };
@@ -382,23 +476,7 @@ inline nlohmann::json histograms_json(const Histograms& h) {
 
 inline nlohmann::json model_json(const ModelInfo& m) {
   nlohmann::json j;
-  j["channels"] = nlohmann::json::array();
-  index_t start = 0;
-  for (const Channel& c : m.channels) {
-    nlohmann::json axes = nlohmann::json::array();
-    for (const Axis& a : c.axes) {
-      nlohmann::json ja = {{"kind", a.kind_name()}, {"name", a.name}, {"label", a.label}};
-      if (a.categories.empty())
-        ja["edges"] = a.edges;
-      else
-        ja["categories"] = a.categories;
-      if (!a.transform.empty()) ja["transform"] = a.transform;
-      ja.update({{"underflow", a.underflow}, {"overflow", a.overflow}, {"circular", a.circular}, {"growth", a.growth}});
-      axes.push_back(std::move(ja));
-    }
-    j["channels"].push_back({{"name", c.name}, {"start", start}, {"bins", c.nbins}, {"masked", c.masked}, {"flow", c.flow}, {"axes", std::move(axes)}});
-    start += c.nbins;
-  }
+  j["channels"] = channels_json(m.channels);
   j["processes"] = nlohmann::json::array();
   for (const Process& p : m.processes) j["processes"].push_back({{"name", p.name}, {"signal", p.signal}});
   j["parameters"] = nlohmann::json::array();
@@ -473,6 +551,7 @@ inline void write_run(const hdf5::File& file, const RunInfo& run, const std::vec
       hdf5::write_strings(sg, "status", status_names(s.status));
     }
     if (f.histograms) write_histograms(g, *f.histograms);
+    write_mappings(g, f.mappings);
     for (std::size_t k = 0; k < f.scans2d.size(); ++k) {
       const GridScan& s = f.scans2d[k];
       const hdf5::Location sg = hdf5::create_group(g, "scans2D/" + std::to_string(k));
@@ -548,6 +627,7 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
     for (const Scan& s : f.scans)
       fj["scans"][s.parameter] = {{"values", detail::finite_or_null(s.values)}, {"dnll", detail::finite_or_null(s.dnll)}, {"status", detail::status_names(s.status)}};
     if (f.histograms) fj["histograms"] = detail::histograms_json(*f.histograms);
+    if (!f.mappings.empty()) fj["mappings"] = detail::mappings_json(f.mappings);
     for (const GridScan& s : f.scans2d) {
       nlohmann::json rows = nlohmann::json::array();
       const std::size_t ny = s.values[1].size();

@@ -4,6 +4,7 @@
 
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
+#include <Eigen/Eigenvalues>
 #include <Eigen/LU>
 #include <cmath>
 #include <limits>
@@ -29,6 +30,30 @@ struct ResidualCovariance {
   Eigen::MatrixXd dense, U, m, m_inverse;
 };
 
+/// rᵀ·S⁺·r over ndf = rows − `ndf_reduction`: by S's Cholesky factor, or where the residuals lose `ndf_reduction`
+/// degrees of freedom (a normalised histogram's sum is fixed) by its pseudo-inverse, eigenvalues below 10·rows·ε of the
+/// largest left out (rabbit's pinv, numpy's rcond). NaN where S is not positive (semi)definite.
+inline LinearChi2 dense_chi2(const Eigen::VectorXd& r, const Eigen::MatrixXd& S, index_t ndf_reduction) {
+  LinearChi2 out{.ndf = r.size() - ndf_reduction};
+  if (r.size() == 0) return out;
+  if (ndf_reduction == 0) {
+    const Eigen::LLT<Eigen::MatrixXd> llt(S);
+    if (llt.info() == Eigen::Success) out.chi2 = r.dot(llt.solve(r));
+    return out;
+  }
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(S);
+  if (es.info() != Eigen::Success) return out;
+  const Eigen::VectorXd& lambda = es.eigenvalues();
+  const double cut = 10.0 * static_cast<double>(r.size()) * std::numeric_limits<double>::epsilon() * lambda.cwiseAbs().maxCoeff();
+  if (lambda.minCoeff() < -cut) return out;
+  const Eigen::VectorXd z = es.eigenvectors().transpose() * r;
+  double chi2 = 0;
+  for (index_t i = 0; i < r.size(); ++i)
+    if (lambda(i) > cut) chi2 += z(i) * z(i) / lambda(i);
+  out.chi2 = chi2;
+  return out;
+}
+
 /// rᵀ·S⁻¹·r for the rows `rows` of S = V + U·M·Uᵀ (their marginal covariance). With a diagonal, positive V and U
 /// narrower than the rows, by Woodbury's identity, S⁻¹ = V⁻¹ − V⁻¹·U·(M⁻¹ + Uᵀ·V⁻¹·U)⁻¹·Uᵀ·V⁻¹: rows·k² flops for
 /// k columns of U, as a Hessian's; otherwise from S itself, which must then be positive definite. NaN otherwise.
@@ -52,9 +77,7 @@ inline LinearChi2 linear_chi2(const Eigen::VectorXd& r, const ResidualCovariance
     S += s.dense.block(rows.begin, rows.begin, nr, nr);
   else
     S.diagonal() += v;
-  const Eigen::LLT<Eigen::MatrixXd> llt(S);
-  if (llt.info() == Eigen::Success) out.chi2 = res.dot(llt.solve(res));
-  return out;
+  return dense_chi2(res, S, 0);
 }
 
 }  // namespace detail
