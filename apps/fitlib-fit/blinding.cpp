@@ -102,7 +102,7 @@ void blind(io::FitRecord& f, const Blinding& b) {
     h.postfit.clear();
     h.postfit_variance.clear();
     h.postfit_covariance.clear();
-    h.postfit_chi2 = {};
+    h.postfit_chi2.reset();
     h.postfit_chi2_note.clear();
   }
   f.blinded = b.names;

@@ -57,11 +57,6 @@ endif()
 run(2 "would replace the HDF5 results" "${TENSOR}" -q -t 0 --unblind -o "${OUT}/r.json" --json)
 # U5: bad scan options are refused before the toys are fitted.
 run(2 "--scanPoints must be" "${TENSOR}" -q -t 300 --scan --scanPoints 0 -o "${OUT}/sp.hdf5")
-# A mapping is checked against the tensor's channels and axes before any fit.
-run(2 "-m is part of the histograms: add --saveHists" "${TENSOR}" -q -t 0 -m Project ch0 -o "${OUT}/mp.hdf5")
-run(2 "-m Project: no channel 'ch9' in the tensor; its channels are 'ch0', 'ch1_masked'" "${TENSOR}" -q -t 0 --saveHists -m Project ch9 -o "${OUT}/mp.hdf5")
-run(2 "-m Select: channel 'ch0' has no axis 'pt'; its axes are 'obs'" "${TENSOR}" -q -t 0 --saveHists -m Select ch0 pt:sum -o "${OUT}/mp.hdf5")
-run(2 "-m Asymmetry: fitlib has the mappings Select, Project, Normalize and Ratio" "${TENSOR}" -q -t 0 --saveHists -m Asymmetry ch0 ch0 -o "${OUT}/mp.hdf5")
 if("${out}${err}" MATCHES "toys")
   message(FATAL_ERROR "--scanPoints 0 was refused only after the toys:\n${out}\n${err}")
 endif()
@@ -71,6 +66,14 @@ if("${out}${err}" MATCHES "toys")
   message(FATAL_ERROR "an unknown --scan2D parameter was refused only after the toys:\n${out}\n${err}")
 endif()
 run(2 "--noHessian leaves no covariance" "${TENSOR}" -q -t 0 --noHessian --scan2D signal signal -o "${OUT}/s2.hdf5")
+# A mapping is checked against the tensor's channels and axes before any fit (the toys would come first).
+run(2 "-m is part of the histograms: add --saveHists" "${TENSOR}" -q -t 0 -m Project ch0 -o "${OUT}/mp.hdf5")
+run(2 "-m Project: no channel 'ch9' in the tensor; its channels are 'ch0', 'ch1_masked'" "${TENSOR}" -q -t 300 --saveHists -m Project ch9 -o "${OUT}/mp.hdf5")
+run(2 "-m Select: channel 'ch0' has no axis 'pt'; its axes are 'obs'" "${TENSOR}" -q -t 0 --saveHists -m Select ch0 pt:sum -o "${OUT}/mp.hdf5")
+run(2 "-m Asymmetry: fitlib has the mappings Select, Project, Normalize and Ratio" "${TENSOR}" -q -t 300 --saveHists -m Asymmetry ch0 ch0 -o "${OUT}/mp.hdf5")
+if("${out}${err}" MATCHES "toys")
+  message(FATAL_ERROR "a bad mapping was refused only after the toys:\n${out}\n${err}")
+endif()
 
 # C1: a path with a byte that is not UTF-8 gives valid JSON (U+FFFD in place of the byte), and no crash.
 string(ASCII 233 _latin1_e)

@@ -125,7 +125,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
                "prefit and postfit; in the HDF5 results only");
   app.add_option("-m,--mapping", a.mappings,
                  "KIND ARG…: with --saveHists, the histograms of a mapping as rabbit's -m (repeatable): Select CHANNEL [AXIS:SEL,…], "
-                 "Project CHANNEL [AXIS…], Normalize CHANNEL [AXIS…], Ratio NUM DEN [NUMSEL DENSEL]; SEL an index, slice(a,b), sum or None")
+                 "Project CHANNEL [AXIS…], Normalize CHANNEL [AXIS…], Ratio NUM DEN [NUMSEL DENSEL]; SEL an index, slice(a,b), sum or None. Its words run to the next option: give the "
+                 "tensor before it")
       ->expected(1, -1);
   app.add_flag("--noChi2", a.no_chi2, "with --saveHists: no linear chi2 of the prefit and postfit histograms against the data (rabbit's --noChi2)");
   app.add_option("--scan2D", a.scan2d, "A B: a profile-likelihood scan over the grid of two parameters, its points fitted as a batch of replicas (repeatable)");

@@ -74,9 +74,9 @@ void print_summary(const Model& m, const io::FitRecord& f, const LikelihoodOptio
   }
   for (const MappedHistograms& h : f.mappings) {
     std::printf("   mapping '%s': %td bins", h.key.c_str(), h.size);
-    if (!h.data.empty()) {
-      std::printf(", linear chi2 over %td: prefit %.4f", h.prefit_chi2.ndf, h.prefit_chi2.chi2);
-      if (!h.postfit.empty()) std::printf(", postfit %.4f", h.postfit_chi2.chi2);
+    if (h.prefit_chi2) {
+      std::printf(", linear chi2 over %td: prefit %.4f", h.prefit_chi2->ndf, h.prefit_chi2->chi2);
+      if (h.postfit_chi2) std::printf(", postfit %.4f", h.postfit_chi2->chi2);
     }
     std::printf("\n");
   }

@@ -389,12 +389,12 @@ inline void write_mappings(const hdf5::Location& fit, const std::vector<MappedHi
     vector("prefit", h.prefit);
     vector("prefit_variance", h.prefit_variance);
     matrix("prefit_covariance", h.prefit_covariance);
-    if (!h.data.empty()) write_chi2_attributes(g, "prefit_", h.prefit_chi2, {});
+    if (h.prefit_chi2) write_chi2_attributes(g, "prefit_", *h.prefit_chi2, {});
     if (h.postfit.empty()) continue;  // blinded
     vector("postfit", h.postfit);
     vector("postfit_variance", h.postfit_variance);
     matrix("postfit_covariance", h.postfit_covariance);
-    if (!h.data.empty()) write_chi2_attributes(g, "postfit_", h.postfit_chi2, h.postfit_chi2_note);
+    if (h.postfit_chi2) write_chi2_attributes(g, "postfit_", *h.postfit_chi2, h.postfit_chi2_note);
   }
 }
 
@@ -430,15 +430,15 @@ inline nlohmann::json mappings_json(const std::vector<MappedHistograms>& list) {
     if (!h.data.empty()) {
       j["data"] = finite_or_null(h.data);
       j["data_variance"] = finite_or_null(h.data_variance);
-      j["prefit_chi2"] = chi2_json(h.prefit_chi2);
     }
+    if (h.prefit_chi2) j["prefit_chi2"] = chi2_json(*h.prefit_chi2);
     if (!h.prefit_covariance.empty()) j["prefit_covariance"] = finite_or_null(h.prefit_covariance);
     if (!h.postfit.empty()) {
       j["postfit"] = finite_or_null(h.postfit);
       j["postfit_variance"] = finite_or_null(h.postfit_variance);
       if (!h.postfit_covariance.empty()) j["postfit_covariance"] = finite_or_null(h.postfit_covariance);
-      if (!h.data.empty()) {
-        j["postfit_chi2"] = chi2_json(h.postfit_chi2);
+      if (h.postfit_chi2) {
+        j["postfit_chi2"] = chi2_json(*h.postfit_chi2);
         if (!h.postfit_chi2_note.empty()) j["postfit_chi2"]["note"] = h.postfit_chi2_note;
       }
     }

@@ -178,8 +178,8 @@ void gather_data_rows(const BinRange& blk, const Jacobian& J, index_t ndata, Eig
 }
 
 /// The data's part of the χ²'s residual covariance: for Poisson the counts (rabbit's), for the χ² terms the variances
-/// they use (rabbit takes the counts there too, which differs only where the tensor's data variances do), and for
-/// the covariance term with the model's inverse data covariance its inverse (dense).
+/// they use (as rabbit now does; 0.2.5 took the counts), and for the covariance term with the model's inverse data
+/// covariance its inverse (dense).
 template <class Lik>
 ResidualCovariance data_covariance(const Lik& lik) {
   const Model& m = lik.model();
@@ -215,9 +215,11 @@ ResidualCovariance prefit_residual_covariance(const Lik& lik, const Eigen::Matri
   std::vector<index_t> cols;
   for (index_t i = 0; i < c0.size(); ++i)
     if (c0(i) > 0) cols.push_back(i);
-  s.U.resize(Jd.rows(), static_cast<index_t>(cols.size()));
-  for (std::size_t k = 0; k < cols.size(); ++k) s.U.col(static_cast<index_t>(k)) = Jd.col(cols[k]) * std::sqrt(c0(cols[k]));
-  s.m = s.m_inverse = Eigen::MatrixXd::Identity(s.U.cols(), s.U.cols());
+  Eigen::MatrixXd T = Eigen::MatrixXd::Zero(c0.size(), static_cast<index_t>(cols.size()));  // C₀^½ on the constrained columns
+  for (std::size_t k = 0; k < cols.size(); ++k) T(cols[k], static_cast<index_t>(k)) = std::sqrt(c0(cols[k]));
+  s.J = Jd;
+  s.blocks = {{.d = {}, .T = std::move(T)}};
+  s.m = s.m_inverse = Eigen::MatrixXd::Identity(static_cast<index_t>(cols.size()), static_cast<index_t>(cols.size()));
   for (index_t b = 0; b < Jd.rows(); ++b) {
     const double prior = prior_beta_variance(st, nu, b);
     if (s.dense.size() != 0)
@@ -232,7 +234,7 @@ ResidualCovariance prefit_residual_covariance(const Lik& lik, const Eigen::Matri
 /// x̂ moving with n and θ₀ by the implicit function theorem, dx̂ = C·(Wf·dθ₀ − Jfᵀ·A·dn), A = ∂²ℓ/∂ν∂n (−1/ν̂ Poisson,
 /// −V⁻¹ for the χ² terms), Jf the free columns of J (`Jd`, data rows), C = H⁻¹ (`llt`, its factor), Wf the
 /// constraints' weights. With K = Jf·C, E = A·V and G = Jfᵀ·A·V·A·Jf:
-///   S = V + K·(Wf + G)·Kᵀ + K·(E·Jf)ᵀ + (E·Jf)·Kᵀ = V + U·M·Uᵀ,  U = [K, E·Jf],  M = [[Wf + G, I], [I, 0]],
+///   S = V + K·(Wf + G)·Kᵀ + K·(E·Jf)ᵀ + (E·Jf)·Kᵀ = V + U·M·Uᵀ,  U = [Jf·C, E·Jf],  M = [[Wf + G, I], [I, 0]],
 /// M⁻¹ = [[0, I], [I, −(Wf + G)]]. E = −I for the χ² terms; for Poisson E = −diag(v/ν̂).
 template <class Lik>
 ResidualCovariance postfit_residual_covariance(const Lik& lik, const Eigen::MatrixXd& Jd, const std::vector<index_t>& free, const Eigen::LLT<Eigen::MatrixXd>& llt,
@@ -247,22 +249,26 @@ ResidualCovariance postfit_residual_covariance(const Lik& lik, const Eigen::Matr
     Jf.col(k) = Jd.col(i);
     wf(k) = i < m.npoi() ? 0.0 : m.constraint_weights[static_cast<std::size_t>(i - m.npoi())];
   }
-  Eigen::MatrixXd G, EJ;
+  Eigen::MatrixXd G;
+  Eigen::VectorXd e;
   if (s.dense.size() != 0) {  // A = −V⁻¹: E = −I, G = Jfᵀ·V⁻¹·Jf
     const Eigen::Map<const Eigen::MatrixXd> cinv(m.data_covariance_inverse.data(), nd, nd);
     G = Jf.transpose() * cinv * Jf;
-    EJ = -Jf;
+    e = -Eigen::VectorXd::Ones(nd);
   } else {
-    Eigen::VectorXd a(nd);
-    for (index_t b = 0; b < nd; ++b)
+    // a·v and a²·v per bin; 0 where v = 0 (an empty Poisson bin, whose count cannot move: its a, −1/ν̂, may be infinite)
+    Eigen::VectorXd a(nd), a2v(nd);
+    e.resize(nd);
+    for (index_t b = 0; b < nd; ++b) {
       a(b) = lik.options().data_term == DataTerm::poisson ? -1 / total[static_cast<std::size_t>(b)] : -1 / s.v(b);
-    G = Jf.transpose() * (a.array().square() * s.v.array()).matrix().asDiagonal() * Jf;
-    EJ = a.cwiseProduct(s.v).asDiagonal() * Jf;
+      e(b) = s.v(b) == 0 ? 0.0 : a(b) * s.v(b);
+      a2v(b) = s.v(b) == 0 ? 0.0 : a(b) * e(b);
+    }
+    G = weighted_gram(Jf, a2v);
   }
   G.diagonal() += wf;
-  s.U.resize(nd, 2 * nf);
-  s.U.leftCols(nf) = llt.solve(Jf.transpose()).transpose();  // K = Jf·C
-  s.U.rightCols(nf) = EJ;
+  s.J = std::move(Jf);
+  s.blocks = {{.d = {}, .T = llt.solve(Eigen::MatrixXd::Identity(nf, nf))}, {.d = std::move(e), .T = {}}};  // J·C and E·J
   const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(nf, nf);
   s.m.setZero(2 * nf, 2 * nf);
   s.m.topLeftCorner(nf, nf) = G;
@@ -364,7 +370,10 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     if (opts.covariance)
       for (const Channel& c : m.channels) h.postfit_covariance.emplace_back(static_cast<std::size_t>(c.nbins * c.nbins), nan);
     if (opts.variations) h.postfit_variations.assign(static_cast<std::size_t>(bf * n * 2), nan);
-    if (opts.chi2) detail::channel_chi2(m, {}, nullptr, h.postfit_chi2, h.postfit_chi2_total);
+    if (opts.chi2) {
+      detail::channel_chi2(m, {}, nullptr, h.postfit_chi2, h.postfit_chi2_total);
+      h.postfit_chi2_note = "the fit's covariance is not usable (" + std::string(to_string(r.covariance_status)) + ")";
+    }
     return h;
   }
   if (opts.variations) {  // J with β held at β̂ (fixed entries do not respond), rabbit's

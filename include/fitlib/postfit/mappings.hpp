@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <concepts>
+#include <cerrno>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -92,6 +94,14 @@ class BinMapping {
 };
 
 namespace detail {
+
+/// An Integer axis of `n` bins, 0 … n.
+inline Axis integer_axis(const std::string& name, index_t n) {
+  Axis a;
+  a.name = name;
+  for (index_t e = 0; e <= n; ++e) a.edges.push_back(static_cast<double>(e));
+  return a;
+}
 
 /// A channel's bins grouped by a reduction: kept axes (in their order in `keep`) and, per axis, the chosen bins (an
 /// axis summed over keeps all its bins, an axis cut to one index or a range keeps those). `groups[o]` lists the model's
@@ -189,7 +199,7 @@ inline Reduction select(const Channel& c, index_t start, const std::string& sele
   const std::vector<index_t> shape = c.shape();
   std::vector<std::pair<index_t, index_t>> range;
   for (index_t s : shape) range.push_back({0, s});
-  std::set<index_t> summed;
+  std::set<index_t> summed, seen;
   if (selection != "None:None" && !selection.empty()) {
     std::size_t at = 0;
     while (at < selection.size()) {
@@ -197,16 +207,24 @@ inline Reduction select(const Channel& c, index_t start, const std::string& sele
       std::size_t end = at;
       for (int depth = 0; end < selection.size() && (depth > 0 || selection[end] != ','); ++end) depth += selection[end] == '(' ? 1 : selection[end] == ')' ? -1 : 0;
       const std::string item = selection.substr(at, end - at);
+      if (end + 1 == selection.size()) throw usage_error(what + ": the axis selections '" + selection + "' end in a comma");
       at = end + 1;
+      if (item.empty()) throw usage_error(what + ": the axis selections '" + selection + "' have an empty entry");
       const std::size_t colon = item.find(':');
       if (colon == std::string::npos) throw usage_error(what + ": the axis selection '" + item + "' is not axis:selection");
       const index_t k = find_axis(c, item.substr(0, colon), what);
       const std::string sel = item.substr(colon + 1);
       const index_t first = c.flow && c.axes[static_cast<std::size_t>(k)].underflow ? 1 : 0, size = c.axes[static_cast<std::size_t>(k)].size();
-      const auto integer = [&](const std::string& s) {
+      if (sel.rfind("rebin(", 0) == 0 || sel.find('j') != std::string::npos)
+        throw usage_error(what + ": '" + item + "': rebinning and value (complex) indices are not supported; select bins by index");
+      if (!seen.insert(k).second) throw usage_error(what + ": axis '" + c.axes[static_cast<std::size_t>(k)].name + "' is selected twice");
+      const auto integer = [&](const std::string& s) {  // an index within the axis, or a usage_error
         char* stop = nullptr;
-        const long v = std::strtol(s.c_str(), &stop, 10);
-        if (s.empty() || *stop != '\0') throw usage_error(what + ": '" + s + "' in the axis selection '" + item + "' is not an integer");
+        errno = 0;
+        const long long v = std::strtoll(s.c_str(), &stop, 10);
+        if (s.empty() || *stop != '\0' || errno == ERANGE || v < 0 || v > size)
+          throw usage_error(what + ": '" + s + "' in the axis selection '" + item + "' is not an index of axis '" +
+                            c.axes[static_cast<std::size_t>(k)].name + "' (0 … " + std::to_string(size) + ")");
         return static_cast<index_t>(v);
       };
       auto& [lo, hi] = range[static_cast<std::size_t>(k)];
@@ -246,15 +264,17 @@ inline std::string join_key(const std::string& kind, const std::vector<std::stri
 }  // namespace detail
 
 /// rabbit's `-m Select CHANNEL [AXIS:SEL,…]`: the channel, its axes' bins chosen (an index, slice(a,b)) or summed
-/// (sum, or a single index). Selecting processes is not supported (a usage_error).
+/// (sum, or a single index). Selecting processes is not supported (a usage_error). Its key, as rabbit's, leaves the
+/// channel out.
 inline BinMapping select_mapping(const Model& m, const std::vector<std::string>& args) {
   const std::string what = "-m Select";
-  if (args.empty() || args.size() > 2) throw usage_error(what + " takes a channel and optionally its axis selections, axis:sel,…");
-  if (args.size() == 2 && args[1].find(':') == std::string::npos)
+  if (args.size() > 1 && args[1].find(':') == std::string::npos)
     throw usage_error(what + ": selecting processes ('" + args[1] + "') is not supported; the histograms sum every process");
+  if (args.empty() || args.size() > 2) throw usage_error(what + " takes a channel and optionally its axis selections, axis:sel,…");
   const auto [c, start] = detail::find_channel(m, args[0], what);
   detail::Reduction r = detail::select(*c, start, args.size() == 2 ? args[1] : "None:None", what);
-  return BinMapping(detail::join_key("Select", args), {r.out}, std::move(r.groups), {}, m.nbins(), 0);
+  // rabbit's key leaves the channel out ("Select obs:slice(0,10)")
+  return BinMapping(detail::join_key("Select", {args.begin() + 1, args.end()}), {r.out}, std::move(r.groups), {}, m.nbins(), 0);
 }
 
 /// rabbit's `-m Project CHANNEL [AXIS …]` (the channel summed over every other axis, the axes in the order given; no
@@ -270,6 +290,7 @@ inline BinMapping project_mapping(const Model& m, const std::vector<std::string>
     keep.push_back(a);
   }
   detail::Reduction r = detail::reduce(*c, start, keep, {});
+  if (keep.empty()) r.out.axes = {detail::integer_axis("yield", 1)};  // rabbit's axis of a total
   std::vector<std::vector<index_t>> den;
   if (normalize) {
     std::vector<index_t> all(static_cast<std::size_t>(c->nbins));
@@ -292,22 +313,35 @@ inline BinMapping ratio_mapping(const Model& m, const std::vector<std::string>& 
   const auto [cd, sd] = detail::find_channel(m, args[1], what);
   detail::Reduction num = detail::select(*cn, sn, args.size() == 4 ? args[2] : "None:None", what);
   detail::Reduction den = detail::select(*cd, sd, args.size() == 4 ? args[3] : "None:None", what);
+  const auto shape_text = [](const std::vector<index_t>& shape) {
+    std::string t = "[";
+    for (std::size_t k = 0; k < shape.size(); ++k) t += (k ? ", " : "") + std::to_string(shape[k]);
+    return t + "]";
+  };
   if (num.out.shape() != den.out.shape())
-    throw usage_error(what + ": the numerator's and the denominator's selections have different shapes (" + std::to_string(num.out.nbins) +
-                      " and " + std::to_string(den.out.nbins) + " bins)");
+    throw usage_error(what + ": the numerator's selection has the shape " + shape_text(num.out.shape()) + ", the denominator's " +
+                      shape_text(den.out.shape()) + "; select or sum axes (axis:sum) until they agree");
   Channel out = num.out;
   if (cn != cd) {
     out.name = cn->name + "_" + cd->name;
-    bool same = true;
-    for (std::size_t k = 0; k < out.axes.size(); ++k) same = same && out.axes[k].name == den.out.axes[k].name && out.axes[k].edges == den.out.axes[k].edges;
-    if (!same)  // rabbit's: integer axes a0, a1, … of the same sizes
-      for (std::size_t k = 0; k < out.axes.size(); ++k) {
-        const index_t size = out.axes[k].size();
-        Axis a;
-        a.name = "a" + std::to_string(k);
-        for (index_t e = 0; e <= size; ++e) a.edges.push_back(static_cast<double>(e));
-        out.axes[k] = std::move(a);
-      }
+    out.flow = false;
+  }
+  const auto same = [](const Axis& a, const Axis& b) {
+    return a.kind == b.kind && a.name == b.name && a.edges == b.edges && a.categories == b.categories && a.underflow == b.underflow &&
+           a.overflow == b.overflow;
+  };
+  bool equal = true;
+  for (std::size_t k = 0; k < out.axes.size(); ++k) equal = equal && same(num.out.axes[k], den.out.axes[k]);
+  if (!equal) {  // rabbit's: IntCategory axes a0, a1, … of the same lengths, no flow
+    const std::vector<index_t> shape = num.out.shape();
+    for (std::size_t k = 0; k < out.axes.size(); ++k) {
+      Axis a;
+      a.kind = Axis::Kind::int_category;
+      a.name = "a" + std::to_string(k);
+      for (index_t e = 0; e < shape[k]; ++e) a.categories.push_back(std::to_string(e));
+      out.axes[k] = std::move(a);
+    }
+    out.flow = false;
   }
   return BinMapping(detail::join_key("Ratio", args), {out}, std::move(num.groups), std::move(den.groups), m.nbins(), 0);
 }
@@ -342,8 +376,8 @@ struct MappedHistograms {
   std::vector<double> data, data_variance;  ///< empty unless has_data
   std::vector<double> prefit, prefit_variance, prefit_covariance;
   std::vector<double> postfit, postfit_variance, postfit_covariance;
-  LinearChi2 prefit_chi2, postfit_chi2;  ///< ndf 0 and NaN without data
-  std::string postfit_chi2_note;
+  std::optional<LinearChi2> prefit_chi2, postfit_chi2;  ///< with data and HistogramOptions::chi2
+  std::string postfit_chi2_note;  ///< why the postfit χ² is NaN, when it is for a reason other than S
 };
 
 namespace detail {
@@ -479,7 +513,10 @@ MappedHistograms mapped_histograms(Lik& lik, const FitResult& r, const F& f, con
     constexpr double nan = std::numeric_limits<double>::quiet_NaN();
     h.postfit_variance.assign(static_cast<std::size_t>(ny), nan);
     if (opts.covariance) h.postfit_covariance.assign(static_cast<std::size_t>(ny * ny), nan);
-    if (data) h.postfit_chi2.ndf = ny - f.ndf_reduction();
+    if (data) {
+      h.postfit_chi2 = LinearChi2{.ndf = ny - f.ndf_reduction()};
+      h.postfit_chi2_note = "the fit's covariance is not usable (" + std::string(to_string(r.covariance_status)) + ")";
+    }
     return h;
   }
   const auto [J, own] = detail::full_jacobian(lik, r.x, true, st, nu, nb);
@@ -492,15 +529,15 @@ MappedHistograms mapped_histograms(Lik& lik, const FitResult& r, const F& f, con
   if (opts.covariance) h.postfit_covariance = detail::row_major(cov);
   if (!data) return h;
   if (st.enabled) {
-    h.postfit_chi2.ndf = ny - f.ndf_reduction();
+    h.postfit_chi2 = LinearChi2{.ndf = ny - f.ndf_reduction()};
     h.postfit_chi2_note = "the postfit χ² with bin-by-bin statistics is not computed yet";
     return h;
   }
-  // S = F_n·V·F_nᵀ + U·M·Uᵀ with the bins' U = [K, E·J] mapped: [F_ν·K, F_n·E·J] (histograms.hpp, postfit_residual_covariance).
+  // S = F_n·V·F_nᵀ + U·M·Uᵀ with the bins' U = [J·C, E·J] mapped: [F_ν·J·C, F_n·E·J] (histograms.hpp, postfit_residual_covariance).
   detail::ResidualCovariance s = detail::postfit_residual_covariance(lik, J.topRows(nb), free, llt, total);
   Eigen::MatrixXd U(ny, 2 * nf);
-  U.leftCols(nf) = detail::map_columns(f, total, s.U.leftCols(nf));
-  U.rightCols(nf) = detail::map_columns(f, counts, s.U.rightCols(nf));
+  U.leftCols(nf) = detail::map_columns(f, total, s.J) * s.blocks[0].T;
+  U.rightCols(nf) = detail::map_columns(f, counts, s.blocks[1].d.asDiagonal() * s.J);
   h.postfit_chi2 = chi2(h.postfit, data_cov + U * s.m * U.transpose());
   return h;
 }
