@@ -171,6 +171,26 @@ inline std::vector<double> process_sums(const std::vector<double>& nu, index_t n
   return total;
 }
 
+/// The fit's Hessian on its free parameters `free`, factorised as H = R·Rᵀ (`llt`); `usable` where the covariance is
+/// accurate and the factorisation succeeded, so that C = H⁻¹ may be applied through R.
+struct FreeHessian {
+  std::vector<index_t> free;
+  Eigen::LLT<Eigen::MatrixXd> llt;
+  bool usable = false;
+
+  explicit FreeHessian(const FitResult& r) {
+    const auto n = static_cast<index_t>(r.x.size());
+    for (index_t i = 0; i < n; ++i)
+      if (!r.frozen[static_cast<std::size_t>(i)]) free.push_back(i);
+    const auto nf = static_cast<index_t>(free.size());
+    Eigen::MatrixXd hf(nf, nf);
+    for (index_t c = 0; c < nf; ++c)
+      for (index_t k = 0; k < nf; ++k) hf(k, c) = r.hessian[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
+    llt.compute(hf);
+    usable = r.covariance_status == CovarianceStatus::accurate && llt.info() == Eigen::Success && hf.allFinite();
+  }
+};
+
 /// Copies the rows of the data bins among a block's, of J (`[block bins × n]`), into `Jd` (`[data bins × n]`).
 template <class Jacobian>
 void gather_data_rows(const BinRange& blk, const Jacobian& J, index_t ndata, Eigen::MatrixXd& Jd) {
@@ -356,15 +376,11 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
   // C = H⁻¹ on the free parameters: with H = R·Rᵀ (the factorisation the covariance came from), J·C·Jᵀ = ‖R⁻¹·Jᵀ‖²
   // column by column, one triangular solve per block of bins (bins·n² flops), without forming C, whose own
   // factorisation could fail where it is ill-conditioned.
-  std::vector<index_t> free;
-  for (index_t i = 0; i < n; ++i)
-    if (!r.frozen[static_cast<std::size_t>(i)]) free.push_back(i);
+  const detail::FreeHessian fh(r);
+  const std::vector<index_t>& free = fh.free;
   const index_t nf = static_cast<index_t>(free.size());
-  Eigen::MatrixXd hf(nf, nf);
-  for (index_t c = 0; c < nf; ++c)
-    for (index_t k = 0; k < nf; ++k) hf(k, c) = r.hessian[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
-  const Eigen::LLT<Eigen::MatrixXd> llt(hf);
-  if (r.covariance_status != CovarianceStatus::accurate || llt.info() != Eigen::Success || !hf.allFinite()) {
+  const Eigen::LLT<Eigen::MatrixXd>& llt = fh.llt;
+  if (!fh.usable) {
     constexpr double nan = std::numeric_limits<double>::quiet_NaN();
     h.postfit_variance.assign(static_cast<std::size_t>(bf), nan);
     if (opts.covariance)

@@ -501,15 +501,11 @@ MappedHistograms mapped_histograms(Lik& lik, const FitResult& r, const F& f, con
   const std::vector<double> beta_hat = lik.bin_by_bin_parameters(r.x), nu = lik.yields(r.x);
   const std::vector<double> total = detail::process_sums(detail::with_beta(st, nu, beta_hat, nb), bf, np);
   h.postfit = value(total);
-  std::vector<index_t> free;
-  for (index_t i = 0; i < n; ++i)
-    if (!r.frozen[static_cast<std::size_t>(i)]) free.push_back(i);
+  const detail::FreeHessian fh(r);
+  const std::vector<index_t>& free = fh.free;
   const auto nf = static_cast<index_t>(free.size());
-  Eigen::MatrixXd hf(nf, nf);
-  for (index_t c = 0; c < nf; ++c)
-    for (index_t k = 0; k < nf; ++k) hf(k, c) = r.hessian[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
-  const Eigen::LLT<Eigen::MatrixXd> llt(hf);
-  if (r.covariance_status != CovarianceStatus::accurate || llt.info() != Eigen::Success || !hf.allFinite()) {
+  const Eigen::LLT<Eigen::MatrixXd>& llt = fh.llt;
+  if (!fh.usable) {
     constexpr double nan = std::numeric_limits<double>::quiet_NaN();
     h.postfit_variance.assign(static_cast<std::size_t>(ny), nan);
     if (opts.covariance) h.postfit_covariance.assign(static_cast<std::size_t>(ny * ny), nan);
