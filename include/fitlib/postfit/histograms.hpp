@@ -171,6 +171,15 @@ inline std::vector<double> process_sums(const std::vector<double>& nu, index_t n
   return total;
 }
 
+/// The prefit covariance diag(1/w) of every parameter (`[nparams]`): 1/w for a constrained nuisance, 0 for the POIs
+/// and the unconstrained nuisances (rabbit's default).
+inline Eigen::VectorXd prior_variances(const Model& m) {
+  Eigen::VectorXd c0 = Eigen::VectorXd::Zero(m.nparams());
+  for (index_t s = 0; s < m.nsyst(); ++s)
+    if (const double w = m.constraint_weights[static_cast<std::size_t>(s)]; w > 0) c0(m.npoi() + s) = 1 / w;
+  return c0;
+}
+
 /// The fit's Hessian on its free parameters `free`, factorised as H = R·Rᵀ (`llt`); `usable` where the covariance is
 /// accurate and the factorisation succeeded, so that C = H⁻¹ may be applied through R.
 struct FreeHessian {
@@ -342,9 +351,7 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
   h.prefit_total = detail::process_sums(h.prefit, bf, np);
   const std::vector<BinRange> blocks = detail::jacobian_blocks(m, n, opts.covariance);
   // Prefit, C = diag(1/w) over the constrained nuisances: var_b = Σ_s J_bs²/w_s, β at β₀ with its prior.
-  Eigen::VectorXd c0 = Eigen::VectorXd::Zero(n);
-  for (index_t s = 0; s < m.nsyst(); ++s)
-    if (const double w = m.constraint_weights[static_cast<std::size_t>(s)]; w > 0) c0(m.npoi() + s) = 1 / w;
+  const Eigen::VectorXd c0 = detail::prior_variances(m);
   // Variations' σ prefit (rabbit's prefit covariance with unit errors for the unconstrained): the POIs do not move.
   Eigen::VectorXd sigma0 = Eigen::VectorXd::Zero(n);
   for (index_t s = 0; s < m.nsyst(); ++s) {

@@ -487,9 +487,7 @@ MappedHistograms mapped_histograms(Lik& lik, const FitResult& r, const F& f, con
   h.prefit = value(total0);
   {
     const auto [J, own] = detail::full_jacobian(lik, x0, false, st, nu0, 0);
-    Eigen::VectorXd c0 = Eigen::VectorXd::Zero(n);
-    for (index_t s = 0; s < m.nsyst(); ++s)
-      if (const double w = m.constraint_weights[static_cast<std::size_t>(s)]; w > 0) c0(m.npoi() + s) = 1 / w;
+    const Eigen::VectorXd c0 = detail::prior_variances(m);
     const Eigen::MatrixXd Jy = detail::map_columns(f, total0, J) * c0.cwiseSqrt().asDiagonal();
     const Eigen::MatrixXd cov = Jy * Jy.transpose() + detail::map_diagonal(f, total0, own);
     h.prefit_variance = detail::diagonal_of(cov);
