@@ -94,6 +94,7 @@ void blind(io::FitRecord& f, const Blinding& b) {
     f.histograms->postfit_variance.clear();
     f.histograms->postfit_covariance.clear();
     f.histograms->postfit_variations.clear();
+    f.histograms->postfit_process_variance.clear();
     f.histograms->postfit_chi2.clear();
     f.histograms->postfit_chi2_total = {};
     f.histograms->postfit_chi2_note.clear();

@@ -112,7 +112,7 @@ string(JSON chi2 ERROR_VARIABLE absent GET "${json}" fits 0 histograms prefit_ch
 if(NOT absent)
   message(FATAL_ERROR "--noChi2: the histograms still carry a chi2")
 endif()
-run_fit(hists_bbstat -t 0 --unblind --saveHists --computeHistCov --computeVariations)
+run_fit(hists_bbstat -t 0 --unblind --saveHists --computeHistCov --computeVariations --computeHistErrorsPerProcess)
 string(JSON npost LENGTH "${json}" fits 0 histograms postfit_total)
 string(JSON var0_bb GET "${json}" fits 0 histograms postfit_variance 0)
 string(JSON ncov LENGTH "${json}" fits 0 histograms postfit_covariance)

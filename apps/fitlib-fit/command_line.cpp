@@ -120,6 +120,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
                "--saveHistsPerProcess --computeHistErrors), with bin-by-bin statistics as rabbit has them: β̂ in the postfit yields, "
                "the variances through β̂ and with β's own");
   app.add_flag("--computeHistCov", a.hist_cov, "with --saveHists: each channel's bin-by-bin covariance of the summed yields, prefit and postfit");
+  app.add_flag("--computeHistErrorsPerProcess", a.hist_process_errors,
+               "with --saveHists: the variance of each process's yield in every bin, prefit and postfit (β's own share included)");
   app.add_flag("--computeVariations", a.hist_variations,
                "with --saveHists: every bin's summed yield with each parameter moved down and up by its σ (linear, as rabbit's), "
                "prefit and postfit; in the HDF5 results only");
@@ -195,8 +197,12 @@ void check_arguments(Args& a) {
       io::check_output_path(json_path(a), "the JSON summary (--json)", {a.input});
     }
   }
-  if ((a.hist_cov || a.hist_variations || a.no_chi2 || !a.mappings.empty()) && !a.save_hists)
-    throw usage_error(std::string(a.hist_cov ? "--computeHistCov" : a.hist_variations ? "--computeVariations" : a.no_chi2 ? "--noChi2" : "-m") +
+  if ((a.hist_cov || a.hist_variations || a.hist_process_errors || a.no_chi2 || !a.mappings.empty()) && !a.save_hists)
+    throw usage_error(std::string(a.hist_cov              ? "--computeHistCov"
+                                  : a.hist_variations     ? "--computeVariations"
+                                  : a.hist_process_errors ? "--computeHistErrorsPerProcess"
+                                  : a.no_chi2             ? "--noChi2"
+                                                          : "-m") +
                       " is part of the histograms: add --saveHists");
   if (a.ranks > 1 && a.save_hists)
     throw usage_error("--saveHists propagates through every bin's templates, which no MPI rank holds alone; run fitlib-fit without "
@@ -359,6 +365,7 @@ nlohmann::json options_json(const Args& a) {
           {"saveHists", a.save_hists},
           {"computeHistCov", a.hist_cov},
           {"computeVariations", a.hist_variations},
+          {"computeHistErrorsPerProcess", a.hist_process_errors},
           {"noChi2", a.no_chi2},
           {"mapping", a.mappings},
           {"unblind", a.unblind_all ? nlohmann::json("all") : nlohmann::json(a.unblind)},

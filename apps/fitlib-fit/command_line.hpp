@@ -47,6 +47,7 @@ struct Args {
   bool save_hists = false;
   bool hist_cov = false;         ///< --computeHistCov
   bool hist_variations = false;  ///< --computeVariations
+  bool hist_process_errors = false;  ///< --computeHistErrorsPerProcess
   bool no_chi2 = false;          ///< --noChi2
   std::vector<std::vector<std::string>> mappings;  ///< -m/--mapping KIND ARG… (repeatable)
   index_t scan_points = 15;

@@ -118,7 +118,7 @@ void postfit(io::FitRecord& rec, Lik& lik, const TrustRegion<Sub>& tr, const Arg
     if (progress) progress->advance();
   };
   if (a.save_hists && !is_toy(rec)) {
-    const HistogramOptions ho{.covariance = a.hist_cov, .variations = a.hist_variations, .chi2 = !a.no_chi2};
+    const HistogramOptions ho{.covariance = a.hist_cov, .variations = a.hist_variations, .chi2 = !a.no_chi2, .process_variances = a.hist_process_errors};
     rec.histograms = histograms(lik, r, ho);
     for (const auto& words : a.mappings) rec.mappings.push_back(mapped_histograms(lik, r, parse_mapping(lik.model(), words), ho));
   }

@@ -231,3 +231,27 @@ TEST_CASE("results: a 2D scan is written with its grid, row-major, the second pa
   CHECK(s["dnll"][0][2].get<double>() == 0.125);
   CHECK(s["status"][5] == std::string(to_string(FitStatus::max_iterations)));
 }
+
+TEST_CASE("results: the histograms carry each process's variances [bins, processes] when they were computed", "[io][results]") {
+  io::FitRecord f = record("data", 3);
+  Histograms h;
+  h.nbins = 2;
+  h.nprocs = 3;
+  h.data = h.data_variance = {4, 5};
+  h.prefit = h.postfit = {1, 2, 3, 4, 5, 6};
+  h.prefit_total = h.postfit_total = {6, 15};
+  h.prefit_variance = h.postfit_variance = {0.5, 0.25};
+  f.histograms = h;
+  test::TempDir dir;
+  io::write_results(dir / "plain.hdf5", {}, {f});
+  CHECK_FALSE(io::hdf5::exists(io::hdf5::File::open(dir / "plain.hdf5"), "data/histograms/postfit_process_variance"));
+  CHECK(io::hdf5::exists(io::hdf5::File::open(dir / "plain.hdf5"), "data/histograms/postfit_variance"));
+  f.histograms->prefit_process_variance = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
+  f.histograms->postfit_process_variance = {1, 2, 3, 4, 5, 6};
+  io::write_results(dir / "fit.hdf5", {}, {f});
+  const auto file = io::hdf5::File::open(dir / "fit.hdf5");
+  const auto pre = io::hdf5::read_doubles(file, "data/histograms/prefit_process_variance");
+  CHECK(pre.shape == std::vector<std::size_t>{2, 3});
+  CHECK(pre.values == f.histograms->prefit_process_variance);
+  CHECK(io::hdf5::read_doubles(file, "data/histograms/postfit_process_variance").values == f.histograms->postfit_process_variance);
+}

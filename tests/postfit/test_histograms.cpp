@@ -33,29 +33,32 @@ Model histogram_model(index_t nsyst = 6) {
   return m;
 }
 
-/// The central-difference Jacobian `[bins × n]` of the bins' summed yields at x.
+/// The central-difference Jacobian `[bins × n]` of the bins' summed yields at x (β held at β₀), or with `per_process`
+/// of every cell's, `[bins × nprocs × n]` (a row per bin and process).
 template <class Lik>
-Eigen::MatrixXd fd_jacobian(Lik& lik, const std::vector<double>& x) {
-  const std::size_t n = x.size();
-  const index_t bf = lik.model().nbins_full(), np = lik.model().nprocs();
-  std::vector<std::vector<double>> J(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double h = 1e-6 * std::max(1.0, std::abs(x[i]));
+Eigen::MatrixXd fd_jacobian(Lik& lik, const std::vector<double>& x, bool per_process = false) {
+  const auto n = static_cast<index_t>(x.size());
+  const index_t bf = lik.model().nbins_full(), np = lik.model().nprocs(), per = per_process ? np : 1;
+  Eigen::MatrixXd jm = Eigen::MatrixXd::Zero(bf * per, n);
+  for (index_t i = 0; i < n; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    const double h = 1e-6 * std::max(1.0, std::abs(x[k]));
     std::vector<double> up = x, down = x;
-    up[i] += h;
-    down[i] -= h;
+    up[k] += h;
+    down[k] -= h;
     const std::vector<double> a = lik.yields(up), b = lik.yields(down);
-    J[i].assign(static_cast<std::size_t>(bf), 0.0);
-    for (index_t bin = 0; bin < bf; ++bin)
-      for (index_t p = 0; p < np; ++p) {
-        const auto c = static_cast<std::size_t>(bin * np + p);
-        J[i][static_cast<std::size_t>(bin)] += (a[c] - b[c]) / (2 * h);
-      }
+    for (index_t c = 0; c < bf * np; ++c)
+      jm(per_process ? c : c / np, i) += (a[static_cast<std::size_t>(c)] - b[static_cast<std::size_t>(c)]) / (2 * h);
   }
-  Eigen::MatrixXd jm(bf, static_cast<index_t>(n));
-  for (std::size_t i = 0; i < n; ++i)
-    for (index_t b = 0; b < bf; ++b) jm(b, static_cast<index_t>(i)) = J[i][static_cast<std::size_t>(b)];
   return jm;
+}
+
+/// diag(J·C·Jᵀ) per bin and process, `[bins × nprocs]`, J fd_jacobian's per process (C `[n × n]`).
+template <class Lik>
+std::vector<double> fd_process_variance(Lik& lik, const std::vector<double>& x, const std::vector<double>& C) {
+  const Eigen::MatrixXd jm = fd_jacobian(lik, x, true);
+  const Eigen::VectorXd d = (jm * Eigen::Map<const Eigen::MatrixXd>(C.data(), jm.cols(), jm.cols()) * jm.transpose()).diagonal();
+  return {d.data(), d.data() + d.size()};
 }
 
 /// J·C·Jᵀ (`[bins × bins]`) with J fd_jacobian's (C `[n × n]`).
@@ -136,6 +139,18 @@ void check_histograms(Lik& lik, const FitResult& r) {
     CHECK(h.postfit_variance[static_cast<std::size_t>(b)] > 0);
   }
   CHECK(h.prefit_covariance.empty());
+  CHECK(h.prefit_process_variance.empty());
+  // Each process's variances (HistogramOptions::process_variances): J_p·C·J_pᵀ per cell, and nothing else moves.
+  const Histograms hp = histograms(lik, r, {.process_variances = true});
+  CHECK(hp.postfit_variance == h.postfit_variance);
+  const std::vector<double> pre_p = fd_process_variance(lik, lik.default_parameters(), c0), post_p = fd_process_variance(lik, r.x, r.covariance);
+  REQUIRE(hp.prefit_process_variance.size() == h.prefit.size());
+  REQUIRE(hp.postfit_process_variance.size() == h.postfit.size());
+  for (std::size_t c = 0; c < h.prefit.size(); ++c) {
+    INFO("cell " << c);
+    CHECK(hp.prefit_process_variance[c] == Approx(pre_p[c]).epsilon(1e-6).margin(1e-9 * h.prefit_variance[c / static_cast<std::size_t>(h.nprocs)]));
+    CHECK(hp.postfit_process_variance[c] == Approx(post_p[c]).epsilon(1e-6).margin(1e-9 * h.postfit_variance[c / static_cast<std::size_t>(h.nprocs)]));
+  }
   // Each channel's covariance (HistogramOptions::covariance): the same variances, bit for bit, and the blocks of J·C·Jᵀ.
   const Histograms hc = histograms(lik, r, {.covariance = true});
   CHECK(hc.prefit_variance == h.prefit_variance);
@@ -293,7 +308,7 @@ TEST_CASE("histograms with bin-by-bin statistics: β̂ in the yields, the varian
     INFO(r.status_text());
     REQUIRE(r.converged());
     REQUIRE(r.covariance_status == CovarianceStatus::accurate);
-    const Histograms h = histograms(lik, r);
+    const Histograms h = histograms(lik, r, {.process_variances = true});
 
     const index_t n = lik.size(), nb = mc.nbins(), bf = mc.nbins_full(), P = mc.nprocs(), per = lik.bin_by_bin_per_bin();
     const BinByBinStats st = BinByBinStats::build(mc, {0, bf}, o.bin_by_bin, o.data_term);
@@ -331,10 +346,35 @@ TEST_CASE("histograms with bin-by-bin statistics: β̂ in the yields, the varian
       if (c.type == BinByBinType::normal_additive) return sumw2;
       return c.mode == BinByBinMode::full ? full : active_sumw > 0 ? active * active * sumw2 / (active_sumw * active_sumw) : 0.0;
     };
+    // Per process, c_p²/k: a lite β's c shared as the cells' yields (all of it for each active cell, multiplicative; s
+    // in proportion to the yields, additive), a full one's on its own cell.
+    const auto process_prior = [&](const std::vector<double>& y, index_t b, index_t p) {
+      const auto cell = static_cast<std::size_t>(b * P + p);
+      double sumw2 = 0, active_sumw = 0, nu = 0;
+      for (index_t q = 0; q < P; ++q) {
+        const auto e = static_cast<std::size_t>(b * P + q);
+        sumw2 += mc.sumw2[e];
+        nu += y[e];
+        if (mc.sumw2[e] > 0) active_sumw += nominal[e];
+      }
+      if (c.mode == BinByBinMode::full)
+        return c.type == BinByBinType::normal_additive ? mc.sumw2[cell]
+                                                        : mc.sumw2[cell] > 0 ? y[cell] * y[cell] * mc.sumw2[cell] / (nominal[cell] * nominal[cell]) : 0.0;
+      if (c.type == BinByBinType::normal_additive) return sumw2 * (y[cell] / nu) * (y[cell] / nu);
+      return mc.sumw2[cell] > 0 ? y[cell] * y[cell] * sumw2 / (active_sumw * active_sumw) : 0.0;
+    };
+    const std::vector<double> pre_p = fd_process_variance(lik, x0, c0), post_p = fd_process_variance(lik, r.x, r.covariance);
     for (index_t b = 0; b < bf; ++b) {
       INFO("bin " << b);
       CHECK(h.prefit_variance[static_cast<std::size_t>(b)] == Approx(pre[static_cast<std::size_t>(b)] + prior(mu0, b)).epsilon(1e-6));
       if (b >= nb) CHECK(h.postfit_variance[static_cast<std::size_t>(b)] == Approx(post[static_cast<std::size_t>(b)] + prior(mu, b)).epsilon(1e-6));
+      for (index_t p = 0; p < P; ++p) {
+        INFO("process " << p);
+        const auto cell = static_cast<std::size_t>(b * P + p);
+        const double margin = 1e-9 * h.prefit_variance[static_cast<std::size_t>(b)];
+        CHECK(h.prefit_process_variance[cell] == Approx(pre_p[cell] + process_prior(mu0, b, p)).epsilon(1e-6).margin(margin));
+        if (b >= nb) CHECK(h.postfit_process_variance[cell] == Approx(post_p[cell] + process_prior(mu, b, p)).epsilon(1e-6).margin(margin));
+      }
     }
 
     // The joint NLL and the bins' yields in z = (x, β of the data bins).
@@ -348,12 +388,13 @@ TEST_CASE("histograms with bin-by-bin statistics: β̂ in the yields, the varian
         if (!st.fixed[static_cast<std::size_t>(e)]) f += detail::beta_term(st.type, beta[static_cast<std::size_t>(e)], st.kstat[static_cast<std::size_t>(e)], st.beta0[static_cast<std::size_t>(e)]).value;
       return f;
     };
-    const auto bin_yield = [&](const std::vector<double>& z, index_t b) {
+    const auto cell_yields = [&](const std::vector<double>& z, index_t b) {
       const std::vector<double> x(z.begin(), z.begin() + n), y = lik.yields(x);
-      const std::vector<double> cells = apply_beta_by_hand(mc, o, b, y, z.data() + n + b * per);
-      double s = 0;
-      for (double v : cells) s += v;
-      return s;
+      return apply_beta_by_hand(mc, o, b, y, z.data() + n + b * per);
+    };
+    const auto bin_yield = [&](const std::vector<double>& z, index_t b) {
+      const std::vector<double> cells = cell_yields(z, b);
+      return std::accumulate(cells.begin(), cells.end(), 0.0);
     };
     std::vector<double> z0(r.x);
     z0.insert(z0.end(), beta_hat.begin(), beta_hat.end());
@@ -394,6 +435,21 @@ TEST_CASE("histograms with bin-by-bin statistics: β̂ in the yields, the varian
       INFO("bin " << b);
       CHECK(h.postfit_variance[static_cast<std::size_t>(b)] == Approx(g.dot(Cz * g)).epsilon(1e-4));
       G.col(b) = g;
+      // Each process's yield: its own gradient in z
+      Eigen::MatrixXd gp(static_cast<index_t>(free.size()), P);
+      for (std::size_t a = 0; a < free.size(); ++a) {
+        std::vector<double> up = z0, down = z0;
+        up[static_cast<std::size_t>(free[a])] += step[static_cast<std::size_t>(free[a])];
+        down[static_cast<std::size_t>(free[a])] -= step[static_cast<std::size_t>(free[a])];
+        const std::vector<double> cu = cell_yields(up, b), cd = cell_yields(down, b);
+        for (index_t p = 0; p < P; ++p)
+          gp(static_cast<index_t>(a), p) = (cu[static_cast<std::size_t>(p)] - cd[static_cast<std::size_t>(p)]) / (2 * step[static_cast<std::size_t>(free[a])]);
+      }
+      for (index_t p = 0; p < P; ++p) {
+        INFO("process " << p);
+        CHECK(h.postfit_process_variance[static_cast<std::size_t>(b * P + p)] ==
+              Approx(gp.col(p).dot(Cz * gp.col(p))).epsilon(1e-4).margin(1e-6 * h.postfit_variance[static_cast<std::size_t>(b)]));
+      }
     }
     // Variations hold β at β̂: their slope is the x part of g, times √C_ii.
     const Histograms hv = histograms(lik, r, {.variations = true});
@@ -426,8 +482,12 @@ TEMPLATE_TEST_CASE("histograms with bin-by-bin statistics: every policy gives cp
     auto lik = test::likelihood_of<TestType>(m, 3, o);
     const FitResult r = fit(serial, TrustRegion<Exact>{});
     REQUIRE(r.converged());
-    const HistogramOptions all{.covariance = true, .variations = true};
+    const HistogramOptions all{.covariance = true, .variations = true, .process_variances = true};
     const Histograms a = histograms(serial, r, all), b = histograms(lik, r, all);  // the same fit result: the propagation alone
+    for (std::size_t k = 0; k < a.postfit_process_variance.size(); ++k) {
+      CHECK(b.prefit_process_variance[k] == Approx(a.prefit_process_variance[k]).epsilon(1e-12).margin(1e-14 * a.prefit_variance[k / static_cast<std::size_t>(m.nprocs())]));
+      CHECK(b.postfit_process_variance[k] == Approx(a.postfit_process_variance[k]).epsilon(1e-12).margin(1e-14 * a.postfit_variance[k / static_cast<std::size_t>(m.nprocs())]));
+    }
     for (std::size_t k = 0; k < a.postfit.size(); ++k) CHECK(b.postfit[k] == Approx(a.postfit[k]).epsilon(1e-13));
     for (std::size_t k = 0; k < a.postfit_variations.size(); ++k) {
       CHECK(b.prefit_variations[k] == Approx(a.prefit_variations[k]).epsilon(1e-12));
@@ -442,6 +502,17 @@ TEMPLATE_TEST_CASE("histograms with bin-by-bin statistics: every policy gives cp
     std::vector<double> sums(bf), J(bf * n), bvar(bf);
     lik.yield_jacobian(r.x, {0, m.nbins_full()}, true, sums, J, bvar);
     for (std::size_t k = 0; k < bf; ++k) CHECK(sums[k] == Approx(a.postfit_total[k]).epsilon(1e-13));
+    // and per process: the histograms' cells, whose rows add up to the sums' (the column sums of ∂ν̃_p/∂m_q are w_q)
+    const auto P = static_cast<std::size_t>(m.nprocs());
+    std::vector<double> cells(bf * P), Jp(bf * P * n), pvar(bf * P);
+    lik.process_yield_jacobian(r.x, {0, m.nbins_full()}, true, cells, Jp, pvar);
+    for (std::size_t k = 0; k < bf * P; ++k) CHECK(cells[k] == Approx(a.postfit[k]).epsilon(1e-13));
+    for (std::size_t k = 0; k < bf; ++k)
+      for (std::size_t i = 0; i < n; ++i) {
+        double sum = 0;
+        for (std::size_t p = 0; p < P; ++p) sum += Jp[(k * P + p) * n + i];
+        CHECK(sum == Approx(J[k * n + i]).epsilon(1e-12).margin(1e-12 * sums[k]));
+      }
     for (std::size_t k = 0; k < a.postfit_variance.size(); ++k) {
       CHECK(b.prefit_variance[k] == Approx(a.prefit_variance[k]).epsilon(1e-12));
       CHECK(b.postfit_variance[k] == Approx(a.postfit_variance[k]).epsilon(1e-12));

@@ -329,6 +329,10 @@ inline void write_histograms(const hdf5::Location& fit, const Histograms& h) {
   hdf5::write(g, "prefit", std::span<const double>(h.prefit), {nb, np});
   hdf5::write(g, "prefit_total", std::span<const double>(h.prefit_total));
   hdf5::write(g, "prefit_variance", std::span<const double>(h.prefit_variance));
+  const auto per_process = [&](const char* name, const std::vector<double>& v) {
+    if (!v.empty()) hdf5::write(g, name, std::span<const double>(v), {nb, np});
+  };
+  per_process("prefit_process_variance", h.prefit_process_variance);
   // per channel, by its index: `[bins, bins]`
   const auto covariances = [&](const char* name, const std::vector<std::vector<double>>& blocks) {
     if (blocks.empty()) return;
@@ -363,6 +367,7 @@ inline void write_histograms(const hdf5::Location& fit, const Histograms& h) {
   hdf5::write(g, "postfit", std::span<const double>(h.postfit), {nb, np});
   hdf5::write(g, "postfit_total", std::span<const double>(h.postfit_total));
   hdf5::write(g, "postfit_variance", std::span<const double>(h.postfit_variance));
+  per_process("postfit_process_variance", h.postfit_process_variance);
   covariances("postfit_covariance", h.postfit_covariance);
   variations("postfit_variations", h.postfit_variations);
   chi2("postfit_chi2", h.postfit_chi2, h.postfit_chi2_total, h.postfit_chi2_note);

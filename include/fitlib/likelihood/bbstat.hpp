@@ -560,6 +560,111 @@ FITLIB_HOST_DEVICE inline double beta_variance(const BinByBinStatsView& st, inde
   return cc / (1 + d2 * cc);
 }
 
+/// The per-process refinement of profiled_yield_weights: how each process's yield of data bin `i` with β̂ applied,
+/// ν̃_p(m, β̂(m)) (beta_applied_cells), moves with the bin's cell yields m. β̂ responds along one direction in lite
+/// mode and along diag + one direction in full mode, so ∂ν̃_p/∂m_q = d_p·δ_pq + u_p·v_q (`d`, `u`, `v`, P each), and
+/// its column sums d_q + (Σ_p u_p)·v_q are profiled_yield_weights' w. Lite, multiplicative: d = β or 1, u = A's cells'
+/// m, v = ∂β̂/∂m; additive: each cell's share m_p/ν of s·β̂ (1/P where ν = 0), d = 1 + s·β/ν, u = the shares,
+/// v = s·∂β̂/∂m − s·β/ν; full: ∂β̂_p/∂m_q = −(D''·c_p·w_q + D'·δ_pq·[multiplicative])/L_β''_p, so d_p = β_p − D'·m_p/L_β''_p
+/// (1 additive), u_p = −D''·c_p²/L_β''_p and v = w. Fixed entries keep β₀ and respond with nothing.
+FITLIB_HOST_DEVICE inline void profiled_process_weights(const BinByBinStatsView& st, index_t i, DataTerm term, double n, double aux, const double* m,
+                                                        index_t P, const double* beta, double* d, double* u, double* v) {
+  double nu = 0;
+  for (index_t p = 0; p < P; ++p) {
+    d[p] = 1.0;
+    u[p] = v[p] = 0.0;
+    nu += m[p];
+  }
+  if (!st.enabled) return;
+  if (st.mode == BinByBinMode::lite) {
+    const auto at = static_cast<std::size_t>(i);
+    const double b = beta[0];
+    const bool fixed = st.fixed[at];
+    if (!st.multiplicative()) {  // ν_p + s·β·m_p/ν
+      const double s = st.sigma[at], sb = nu != 0 ? s * b / nu : 0.0;
+      const double d2 = data_term(term, nu + s * b, n, aux).d2, dbeta = fixed ? 0.0 : -d2 * s / (1 + d2 * s * s);
+      for (index_t p = 0; p < P; ++p) {
+        d[p] = 1 + sb;
+        u[p] = nu != 0 ? m[p] / nu : 1.0 / static_cast<double>(P);
+        v[p] = s * dbeta - sb;
+      }
+      return;
+    }
+    const unsigned char* act = st.active + i * P;  // β·A + Z
+    double A = 0, Z = 0;
+    for (index_t p = 0; p < P; ++p) (act[p] ? A : Z) += m[p];
+    for (index_t p = 0; p < P; ++p) {
+      d[p] = act[p] ? b : 1.0;
+      u[p] = act[p] ? m[p] : 0.0;
+    }
+    if (fixed) return;
+    const BinTerm t = data_term(term, b * A + Z, n, aux);
+    const double gbb = t.d2 * A * A + beta_term(st.type, b, st.kstat[at], st.beta0[at]).d2;
+    for (index_t p = 0; p < P; ++p) v[p] = -(act[p] ? t.d2 * A * b + t.w : t.d2 * A) / gbb;
+    return;
+  }
+  const auto at = static_cast<std::size_t>(i * P);
+  const bool mult = st.multiplicative();
+  double nt = 0, cc = 0;
+  for (index_t p = 0; p < P; ++p) nt += mult ? beta[p] * m[p] : m[p] + st.sigma[at + static_cast<std::size_t>(p)] * beta[p];
+  const BinTerm t = data_term(term, nt, n, aux);
+  for (index_t p = 0; p < P; ++p) {
+    const auto e = at + static_cast<std::size_t>(p);
+    d[p] = mult ? beta[p] : 1.0;
+    if (st.fixed[e]) continue;
+    const double l2 = beta_term(st.type, beta[p], st.kstat[e], st.beta0[e]).d2;
+    if (!(l2 > 0)) continue;
+    const double c = mult ? m[p] : st.sigma[e];
+    cc += c * c / l2;
+    u[p] = -t.d2 * c * c / l2;
+    if (mult) d[p] -= t.w * m[p] / l2;
+  }
+  for (index_t p = 0; p < P; ++p) v[p] = d[p] / (1 + t.d2 * cc);
+}
+
+/// The variance β's own uncertainty gives each process's yield of bin `i` (`var`, P entries), beta_variance per
+/// process: c_pᵀ·G_ββ⁻¹·c_p with c_p = ∂ν̃_p/∂β at β = `beta` and G_ββ = diag(L_β''(β)) + `d2`·c·cᵀ (c = Σ_p c_p;
+/// `d2` the data term's D''(ν̃), 0 for the prior alone). Lite: one β, c_p = m_p on the cells it scales (additive:
+/// s·m_p/ν); full: c_p = m_p (s_p) on β_p alone. Processes share a lite β, so their variances do not add up to the
+/// sum's: √var_p do.
+FITLIB_HOST_DEVICE inline void process_beta_variances(const BinByBinStatsView& st, index_t i, const double* m, index_t P, const double* beta, double d2,
+                                                      double* var) {
+  double nu = 0;
+  for (index_t p = 0; p < P; ++p) {
+    var[p] = 0.0;
+    nu += m[p];
+  }
+  if (!st.enabled) return;
+  if (st.mode == BinByBinMode::lite) {
+    const auto at = static_cast<std::size_t>(i);
+    const double l2 = beta_term(st.type, beta[0], st.kstat[at], st.beta0[at]).d2;
+    if (st.fixed[at] || !(l2 > 0)) return;
+    const unsigned char* act = st.active + i * P;
+    double c = st.sigma[at];
+    if (st.multiplicative()) {
+      c = 0;
+      for (index_t p = 0; p < P; ++p) c += act[p] ? m[p] : 0.0;
+    }
+    const double g = l2 + d2 * c * c;
+    for (index_t p = 0; p < P; ++p) {
+      const double cp = st.multiplicative() ? (act[p] ? m[p] : 0.0) : st.sigma[at] * (nu != 0 ? m[p] / nu : 1.0 / static_cast<double>(P));
+      var[p] = cp * cp / g;
+    }
+    return;
+  }
+  const auto at = static_cast<std::size_t>(i * P);
+  double cc = 0;
+  for (index_t p = 0; p < P; ++p) {
+    const auto e = at + static_cast<std::size_t>(p);
+    const double l2 = beta_term(st.type, beta[p], st.kstat[e], st.beta0[e]).d2;
+    if (st.fixed[e] || !(l2 > 0)) continue;
+    const double c = st.multiplicative() ? m[p] : st.sigma[e];
+    var[p] = c * c / l2;
+    cc += var[p];
+  }
+  for (index_t p = 0; p < P; ++p) var[p] -= d2 * var[p] * var[p] / (1 + d2 * cc);
+}
+
 /// The covariance data term couples the bins (§3.1, §3.4). Profiling Gaussian β there is a
 /// Gaussian marginalisation: F(m) = ½·rᵀ·(C + diag q)⁻¹·r with r_b = ν'_b − n_b, where per bin
 /// ν' = Σ_p c_p·m_p + Σ s·β₀ (c_p = β₀ for the cells β scales, else 1) and q = A²/k (lite, A the

@@ -251,6 +251,46 @@ FITLIB_HOST_DEVICE inline void jacobian_bin(const BinPass<Cells>& a, index_t i, 
   }
 }
 
+/// Bin i's per-process yields at point 0 for a postfit histogram (`o`, P), the weights of their derivatives along the
+/// cell yields, ∂ν̃_p/∂m_q = d_p·δ_pq + u_p·v_q (`d`, `u`, `v`, P each) and the variance β's own uncertainty adds to each
+/// (`bvar`, P): yield_weights per process (bbstat.hpp, profiled_process_weights and process_beta_variances), and
+/// without `profiled` ν_p, d = 1, u = v = 0 and no variance. `beta` (per_bin) is a workspace besides s.
+template <class Cells>
+FITLIB_HOST_DEVICE inline void process_weights(const BinPass<Cells>& a, index_t i, bool profiled, double* beta, double* o, double* d, double* u, double* v,
+                                               double* bvar, const BinScratch& s) {
+  const index_t P = a.P;
+  for (index_t p = 0; p < P; ++p) {
+    o[p] = s.m[p];
+    d[p] = 1.0;
+    u[p] = v[p] = bvar[p] = 0.0;
+  }
+  if (!profiled || !a.bb.enabled) return;
+  const SlotView& dv = a.slots[0];
+  const double n = dv.n[i], aux = dv.aux[i];
+  profile_bin(a.bb, i, a.term, n, aux, s.m, P, s.g, s.delta, s.u1, s.u2, beta);
+  beta_applied_cells(a.bb, i, s.m, P, beta, o);
+  double nu = 0;
+  for (index_t p = 0; p < P; ++p) nu += o[p];
+  profiled_process_weights(a.bb, i, a.term, n, aux, s.m, P, beta, d, u, v);
+  process_beta_variances(a.bb, i, s.m, P, beta, data_term(a.term, nu, n, aux).d2, bvar);
+}
+
+/// jacobian_bin per process: the rows J (P rows of nv entries, row-major) of bin i's per-process yields' derivatives
+/// along the nv directions, with their yields (`o`) and β's own variances (`bvar`), P each (process_weights). `beta`
+/// (per_bin), `d`, `u`, `v` and `dm` (P each) are workspaces besides s.
+template <class Cells>
+FITLIB_HOST_DEVICE inline void process_jacobian_bin(const BinPass<Cells>& a, index_t i, const double* L, index_t ldL, bool profiled, double* o, double* J,
+                                                    double* bvar, double* beta, double* d, double* u, double* v, double* dm, const BinScratch& s) {
+  cell_yields(a, i, 0, L, s.cy, s.m);
+  process_weights(a, i, profiled, beta, o, d, u, v, bvar, s);
+  for (index_t k = 0; k < a.nv; ++k) {
+    direction_yields(a, i, L, ldL, s, k, dm);
+    double sv = 0;
+    for (index_t p = 0; p < a.P; ++p) sv += v[p] * dm[p];
+    for (index_t p = 0; p < a.P; ++p) J[p * a.nv + k] = d[p] * dm[p] + u[p] * sv;
+  }
+}
+
 /// The expected yields ν[p] of bin i at point 0 (`nu`, P entries, zero for absent cells).
 template <class Cells>
 FITLIB_HOST_DEVICE inline void yields_bin(const BinPass<Cells>& a, index_t i, const double* L, double* nu) {

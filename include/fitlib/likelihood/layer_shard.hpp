@@ -126,15 +126,21 @@ struct JacobianBinKernel {
   BinPass<Cells> pass;
   index_t first, range0, ndata;
   bool profiled;
+  JacobianRows rows;
   const double* L;
   index_t ldL;
-  double *o, *J, *bvar;  ///< rows r = i − range0; J `[rows × nv]` row-major
+  double *o, *J, *bvar;  ///< bin i's rows from (i − range0)·(1 or P); J `[rows × nv]` row-major
   ScratchLayout layout;
   BinScratch scratch;  ///< the chunk's base: bin t's at layout.at(scratch, t)
   FITLIB_HOST_DEVICE void operator()(index_t t) const {
     const index_t i = first + t, r = i - range0, P = pass.P;
     double* e = layout.extra(scratch, t);
-    jacobian_bin(pass, i, L + r * P, ldL, profiled && i < ndata, o + r, J + r * pass.nv, bvar + r, e, e + P, e + 2 * P, layout.at(scratch, t));
+    const bool prof = profiled && i < ndata;
+    if (rows == JacobianRows::processes)
+      process_jacobian_bin(pass, i, L + r * P, ldL, prof, o + r * P, J + r * P * pass.nv, bvar + r * P, e, e + P, e + 2 * P, e + 3 * P, e + 4 * P,
+                           layout.at(scratch, t));
+    else
+      jacobian_bin(pass, i, L + r * P, ldL, prof, o + r, J + r * pass.nv, bvar + r, e, e + P, e + 2 * P, layout.at(scratch, t));
   }
 };
 
@@ -303,10 +309,12 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
       for (index_t k = 0; k < nv; ++k) var[static_cast<std::size_t>(k)] += part[static_cast<std::size_t>(i * nv + k)];
   }
 
-  /// As the host shard's: the local bins `r`' yields, their derivatives along every parameter (the forward GEMM
-  /// against the unit directions gives every cell's effective row, as for the Hessian) and β's own variance.
-  void jacobian(ConstBlockView<double> x, BinRange r, bool profiled, std::span<double> o, std::span<double> J, std::span<double> bvar) {
-    const index_t n = nparams(), nr = r.size();
+  /// As the host shard's: the local bins `r`' yields (summed or per process), their derivatives along every parameter
+  /// (the forward GEMM against the unit directions gives every cell's effective row, as for the Hessian) and β's own
+  /// variance.
+  void jacobian(ConstBlockView<double> x, BinRange r, bool profiled, JacobianRows rows, std::span<double> o, std::span<double> J,
+                std::span<double> bvar) {
+    const index_t n = nparams(), nr = r.size() * (rows == JacobianRows::processes ? P_ : 1);
     const ConstBlockView<double> I = identity(n);
     cols_.prepare(x.block_cols(0, 1), I);
     const detail::BinPass<Cells> pass = bin_pass(stats_, bb_, 1, n, I, {});
@@ -315,9 +323,9 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     layer_.zero(out_, nr * (n + 2));
     double* out = layer_.data(out_);
     const detail::ScratchLayout lay{P_, 1, true};
-    for_chunks(nr, lay, [&](index_t first, index_t count) {
-      layer_.launch(count, detail::JacobianBinKernel<Cells>{pass, r.begin + first, r.begin, ndata_, profiled, layer_.data(L_), nr * P_, out + nr * n,
-                                                            out, out + nr * (n + 1), lay, scratch_base()});
+    for_chunks(r.size(), lay, [&](index_t first, index_t count) {
+      layer_.launch(count, detail::JacobianBinKernel<Cells>{pass, r.begin + first, r.begin, ndata_, profiled, rows, layer_.data(L_), r.size() * P_,
+                                                            out + nr * n, out, out + nr * (n + 1), lay, scratch_base()});
     });
     std::vector<double> host(static_cast<std::size_t>(nr * (n + 2)));
     layer_.download(out_, std::span(host));

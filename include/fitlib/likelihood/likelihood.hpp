@@ -357,27 +357,16 @@ class Likelihood {
   /// C the parameters' covariance (J·C·Jᵀ)_bb + beta_var_b is the variance of the joint fit of x and β; otherwise
   /// β is held at β₀ and `beta_var` is 0. Separable data terms with β profiled; in one process.
   void yield_jacobian(std::span<const double> x, BinRange bins, bool profiled, std::span<double> o, std::span<double> J, std::span<double> beta_var) {
-    if (distributed())
-      throw usage_error("the yields' derivatives read the templates of bins that other MPI ranks hold; compute them in one process "
-                        "(cpu::Threads splits the bins over threads)");
-    if (profiled && bin_by_bin_per_bin() > 0 && opts_.data_term == DataTerm::covariance)
-      throw usage_error("postfit yields with bin-by-bin statistics need a separable data term (Poisson or χ²): the covariance term "
-                        "marginalises β in closed form, with no β̂ per bin; disable LikelihoodOptions::bin_by_bin or use another data term");
-    if (bins.begin < 0 || bins.end > model_->nbins_full() || bins.begin >= bins.end)
-      throw usage_error("yield_jacobian of bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "), outside the model's " +
-                        std::to_string(model_->nbins_full()) + " bins");
-    const auto nb = static_cast<std::size_t>(bins.size()), n = static_cast<std::size_t>(nparams_);
-    if (o.size() != nb || beta_var.size() != nb || J.size() != nb * n)
-      throw usage_error("yield_jacobian of " + std::to_string(nb) + " bins needs outputs of " + std::to_string(nb) + ", " + std::to_string(nb) + " × " +
-                        std::to_string(n) + " and " + std::to_string(nb) + " entries");
-    const auto xv = column(x);
-    shards_.for_each([&](std::size_t k) {  // each shard writes its own rows
-      auto& s = shards_[k];
-      const BinRange held = s.bins(), both{std::max(held.begin, bins.begin), std::min(held.end, bins.end)};
-      if (both.begin >= both.end) return;
-      const auto at = static_cast<std::size_t>(both.begin - bins.begin), len = static_cast<std::size_t>(both.size());
-      s.jacobian(xv, {both.begin - held.begin, both.end - held.begin}, profiled, o.subspan(at, len), J.subspan(at * n, len * n), beta_var.subspan(at, len));
-    });
+    jacobian_rows(x, bins, profiled, JacobianRows::summed, o, J, beta_var);
+  }
+
+  /// yield_jacobian per process: the yields ν̃[b, p] of the bins `bins` (`o`, `[bins.size() × nprocs]` row-major, β̂
+  /// applied as there), their derivatives `J` (`[bins.size() × nprocs × n]`, a row per bin and process) and β's own
+  /// variance of each (`beta_var`, as `o`; bbstat.hpp, process_beta_variances), for rabbit's
+  /// --computeHistErrorsPerProcess.
+  void process_yield_jacobian(std::span<const double> x, BinRange bins, bool profiled, std::span<double> o, std::span<double> J,
+                              std::span<double> beta_var) {
+    jacobian_rows(x, bins, profiled, JacobianRows::processes, o, J, beta_var);
   }
 
   /// Bin-by-bin parameters per data bin: 1 (lite) or nprocs (full); 0 without bin-by-bin statistics.
@@ -456,6 +445,34 @@ class Likelihood {
   }
 
  private:
+  /// yield_jacobian and process_yield_jacobian: `rows` rows per bin.
+  void jacobian_rows(std::span<const double> x, BinRange bins, bool profiled, JacobianRows rows, std::span<double> o, std::span<double> J,
+                     std::span<double> beta_var) {
+    if (distributed())
+      throw usage_error("the yields' derivatives read the templates of bins that other MPI ranks hold; compute them in one process "
+                        "(cpu::Threads splits the bins over threads)");
+    if (profiled && bin_by_bin_per_bin() > 0 && opts_.data_term == DataTerm::covariance)
+      throw usage_error("postfit yields with bin-by-bin statistics need a separable data term (Poisson or χ²): the covariance term "
+                        "marginalises β in closed form, with no β̂ per bin; disable LikelihoodOptions::bin_by_bin or use another data term");
+    if (bins.begin < 0 || bins.end > model_->nbins_full() || bins.begin >= bins.end)
+      throw usage_error("yield_jacobian of bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "), outside the model's " +
+                        std::to_string(model_->nbins_full()) + " bins");
+    const index_t per = rows == JacobianRows::processes ? model_->nprocs() : 1;
+    const auto nr = static_cast<std::size_t>(bins.size() * per), n = static_cast<std::size_t>(nparams_);
+    if (o.size() != nr || beta_var.size() != nr || J.size() != nr * n)
+      throw usage_error("yield_jacobian of " + std::to_string(bins.size()) + " bins needs outputs of " + std::to_string(nr) + ", " + std::to_string(nr) +
+                        " × " + std::to_string(n) + " and " + std::to_string(nr) + " entries");
+    const auto xv = column(x);
+    shards_.for_each([&](std::size_t k) {  // each shard writes its own rows
+      auto& s = shards_[k];
+      const BinRange held = s.bins(), both{std::max(held.begin, bins.begin), std::min(held.end, bins.end)};
+      if (both.begin >= both.end) return;
+      const auto at = static_cast<std::size_t>((both.begin - bins.begin) * per), len = static_cast<std::size_t>(both.size() * per);
+      s.jacobian(xv, {both.begin - held.begin, both.end - held.begin}, profiled, rows, o.subspan(at, len), J.subspan(at * n, len * n),
+                 beta_var.subspan(at, len));
+    });
+  }
+
   /// Each column's constraint centres, for the global terms.
   auto theta0s() const {
     return [this](index_t j) -> const std::vector<double>& { return replicas_.theta0_of(j, theta0_); };

@@ -21,6 +21,10 @@ enum class DataTerm {
 /// parameter β per bin (lite) or per bin and process (full) for the finite size of the templates.
 enum class BinByBinMode { lite, full };
 
+/// The rows of a yields' Jacobian (Likelihood::yield_jacobian, process_yield_jacobian; the shard's jacobian pass):
+/// each bin's summed yield, or each of its processes' yields (a row per bin and process).
+enum class JacobianRows : unsigned char { summed, processes };
+
 /// How β acts on the yields and what constrains it (§2.5, §3.4).
 enum class BinByBinType {
   automatic,              ///< rabbit's choice: normal_additive for the covariance term, else

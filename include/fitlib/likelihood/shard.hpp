@@ -187,33 +187,49 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     }
   }
 
-  /// The derivatives of the local bins `r`' summed yields (any bins, masked included) along every parameter at x,
-  /// what a postfit histogram propagates: `J` (`[r.size() × nparams]` row-major), built from the cells' effective
-  /// template rows as the Hessian's bin rows are (no product with a block of directions), with the yields (`o`) and
-  /// β's own variance (`bvar`). With `profiled` the data bins' yields carry β̂(x) and J its response
-  /// (bin_algebra.hpp, yield_weights); otherwise β is held at β₀.
-  void jacobian(ConstBlockView<double> x, BinRange r, bool profiled, std::span<double> o, std::span<double> J, std::span<double> bvar) {
+  /// The derivatives of the local bins `r`' yields (any bins, masked included) along every parameter at x, what a
+  /// postfit histogram propagates: one row per bin for its summed yield, or per bin and process (`rows`), in `J`
+  /// (`[rows × nparams]` row-major), built from the cells' effective template rows as the Hessian's bin rows are (no
+  /// product with a block of directions), with the yields (`o`) and β's own variance (`bvar`). With `profiled` the
+  /// data bins' yields carry β̂(x) and J its response (bin_algebra.hpp, yield_weights, process_weights); otherwise β is
+  /// held at β₀.
+  void jacobian(ConstBlockView<double> x, BinRange r, bool profiled, JacobianRows rows, std::span<double> o, std::span<double> J,
+                std::span<double> bvar) {
     const index_t P = nprocs_, S = nsyst(), npoi = this->npoi(), n = nparams();
+    const bool per_process = rows == JacobianRows::processes;
     prepare_columns(x.block_cols(0, 1), {});
     bind_slots({}, 1);
     const detail::BinPass<Cells> pass = bin_pass(bb_, 1, 0);
     const double* dg = cols_.symmetric() ? nullptr : cols_.dg();
-    std::vector<double> beta(static_cast<std::size_t>(P)), w(static_cast<std::size_t>(P)), e(static_cast<std::size_t>(S));
+    std::vector<double> beta(static_cast<std::size_t>(P)), w(static_cast<std::size_t>(P)), u(static_cast<std::size_t>(P)),
+        v(static_cast<std::size_t>(P)), e(static_cast<std::size_t>(S)), jv(static_cast<std::size_t>(per_process ? n : 0));
     for (index_t i = r.begin; i < r.end; ++i) {
-      const index_t nc = tpl_.cells(i), row = i - r.begin;
+      const index_t nc = tpl_.cells(i), row = (i - r.begin) * (per_process ? P : 1);
       for (index_t c = 0; c < nc; ++c) cell_L_[static_cast<std::size_t>(c)] = tpl_.dot(i, c, cols_.coef());
       detail::cell_yields(pass, i, 0, cell_L_.data(), cells_.data(), m_.data());
-      o[static_cast<std::size_t>(row)] = detail::yield_weights(pass, i, profiled && i < ndata_, beta.data(), w.data(), &bvar[static_cast<std::size_t>(row)], scratch());
+      const bool prof = profiled && i < ndata_;
+      if (per_process)  // ∂ν̃_p/∂x = d_p·∂m_p/∂x + u_p·Σ_q v_q·∂m_q/∂x
+        detail::process_weights(pass, i, prof, beta.data(), &o[static_cast<std::size_t>(row)], w.data(), u.data(), v.data(),
+                                &bvar[static_cast<std::size_t>(row)], scratch());
+      else
+        o[static_cast<std::size_t>(row)] = detail::yield_weights(pass, i, prof, beta.data(), w.data(), &bvar[static_cast<std::size_t>(row)], scratch());
       double* j = J.data() + row * n;
-      std::fill_n(j, n, 0.0);
+      std::fill_n(j, (per_process ? P : 1) * n, 0.0);
+      std::fill(jv.begin(), jv.end(), 0.0);
       for (index_t cc = 0; cc < nc; ++cc) {
         const auto& c = cells_[static_cast<std::size_t>(cc)];
-        const index_t p = tpl_.process(i, cc);
-        const double wp = w[static_cast<std::size_t>(p)];
+        const index_t p = tpl_.process(i, cc), q = poi_of_process_[static_cast<std::size_t>(p)];
         tpl_.effective_row(i, cc, dg, e.data());
-        detail::axpy(wp * c.d_L, e.data(), j + npoi, S);
-        if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0) j[q] += wp * c.d_mu;
+        const auto add = [&](double wp, double* to) {
+          detail::axpy(wp * c.d_L, e.data(), to + npoi, S);
+          if (q >= 0) to[q] += wp * c.d_mu;
+        };
+        add(w[static_cast<std::size_t>(p)], per_process ? j + p * n : j);
+        if (per_process && v[static_cast<std::size_t>(p)] != 0) add(v[static_cast<std::size_t>(p)], jv.data());
       }
+      if (per_process)
+        for (index_t p = 0; p < P; ++p)
+          if (u[static_cast<std::size_t>(p)] != 0) detail::axpy(u[static_cast<std::size_t>(p)], jv.data(), j + p * n, n);
     }
   }
 

@@ -49,7 +49,7 @@ concept shard_postfit = requires(S& s, ConstBlockView<double> x, BlockView<doubl
   s.yields(x, k, o);
   s.bin_by_bin_parameters(x, o, x);
   s.bin_by_bin_variance(x, x, o);
-  s.jacobian(x, r, true, o, o, o);
+  s.jacobian(x, r, true, JacobianRows::summed, o, o, o);
   s.fix_bin_by_bin(c);
   s.observables(x, x, r, out, out);
   s.coupled_aggregates(x, x, out, out, out, out);

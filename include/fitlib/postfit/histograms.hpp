@@ -46,6 +46,11 @@ struct Histograms {
   /// Postfit: at the fit's minimum, with its covariance (frozen parameters held); NaN variances where the
   /// covariance is not a covariance (FitResult::covariance_status other than accurate).
   std::vector<double> postfit, postfit_total, postfit_variance;
+  /// With HistogramOptions::process_variances (rabbit's --computeHistErrorsPerProcess): the variance of each process's
+  /// yield in every bin, `[nbins × nprocs]` row-major as `prefit`, by the same propagation through each process's own
+  /// Jacobian, plus β's own share of it (bbstat.hpp, process_beta_variances); empty otherwise. A lite β scales all the
+  /// processes of a bin together, so β's shares are fully correlated between them.
+  std::vector<double> prefit_process_variance, postfit_process_variance;
   /// With HistogramOptions::covariance (rabbit's --computeHistCov), per channel (Model::channels' order, masked ones
   /// included) the covariance of its summed yields, `[bins × bins]` row-major, its diagonal the variances above (to
   /// rounding); empty otherwise. Bins of different channels are correlated too, through the parameters; these blocks
@@ -73,6 +78,7 @@ struct HistogramOptions {
   bool covariance = false;  ///< each channel's bin-by-bin covariance (Histograms::prefit_covariance, postfit_covariance)
   bool variations = false;  ///< each parameter's ±1σ shift of every bin (Histograms::prefit_variations, postfit_variations)
   bool chi2 = true;         ///< the linear χ² against the data, per channel and in total (Histograms::prefit_chi2, ...)
+  bool process_variances = false;  ///< each process's variances (Histograms::prefit_process_variance, postfit_process_variance)
 };
 
 namespace detail {
@@ -93,19 +99,50 @@ inline std::vector<BinRange> jacobian_blocks(const Model& m, index_t n, bool by_
 }
 
 /// Calls f(block, J, beta_var) for each block of bins, J the block's yield Jacobian at x (`[bins × n]` row-major,
-/// Likelihood::yield_jacobian, `profiled` as there) and beta_var β's own variance.
+/// Likelihood::yield_jacobian, `profiled` as there; with JacobianRows::processes `[bins × nprocs × n]`, a row per bin
+/// and process, process_yield_jacobian) and beta_var β's own variance of each row.
 template <class Lik, class F>
-void for_jacobian_blocks(Lik& lik, std::span<const double> x, bool profiled, const std::vector<BinRange>& blocks, F&& f) {
-  const index_t n = lik.size();
+void for_jacobian_blocks(Lik& lik, std::span<const double> x, bool profiled, const std::vector<BinRange>& blocks, F&& f,
+                         JacobianRows rows = JacobianRows::summed) {
+  const index_t n = lik.size(), per = rows == JacobianRows::processes ? lik.model().nprocs() : 1;
   std::vector<double> o, J, bvar;
   for (const BinRange& blk : blocks) {
-    const auto nb = static_cast<std::size_t>(blk.size());
-    o.resize(nb);
-    bvar.resize(nb);
-    J.resize(nb * static_cast<std::size_t>(n));
-    lik.yield_jacobian(x, blk, profiled, o, J, bvar);
-    f(blk, Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(J.data(), blk.size(), n), bvar);
+    const auto nr = static_cast<std::size_t>(blk.size() * per);
+    o.resize(nr);
+    bvar.resize(nr);
+    J.resize(nr * static_cast<std::size_t>(n));
+    if (rows == JacobianRows::processes)
+      lik.process_yield_jacobian(x, blk, profiled, o, J, bvar);
+    else
+      lik.yield_jacobian(x, blk, profiled, o, J, bvar);
+    f(blk, Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(J.data(), blk.size() * per, n), bvar);
   }
+}
+
+/// Each process's variance in every bin (`[nbins × nprocs]`, Histograms::prefit_process_variance): `form(J)` the
+/// parameters' share of a block of per-process rows J, plus β's own where profiled (the data bins postfit) and its
+/// prior from `first_prior` on (`nu`, per process before β, at β₀).
+template <class Lik, class Form>
+std::vector<double> process_variances(Lik& lik, std::span<const double> x, bool profiled, const BinByBinStats& st, const std::vector<double>& nu,
+                                      index_t first_prior, Form&& form) {
+  const Model& m = lik.model();
+  const index_t P = m.nprocs();
+  std::vector<double> var(static_cast<std::size_t>(m.nbins_full() * P)), prior(static_cast<std::size_t>(P));
+  for_jacobian_blocks(
+      lik, x, profiled, jacobian_blocks(m, lik.size() * P, false),
+      [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
+        const Eigen::VectorXd v = form(J);
+        for (index_t b = blk.begin; b < blk.end; ++b) {
+          if (b >= first_prior)
+            process_beta_variances(st, b, nu.data() + b * P, P, st.beta0.data() + b * st.per_bin(), 0.0, prior.data());
+          for (index_t p = 0; p < P; ++p) {
+            const auto r = static_cast<std::size_t>((b - blk.begin) * P + p);
+            var[static_cast<std::size_t>(b * P + p)] = v(static_cast<index_t>(r)) + bvar[r] + (b >= first_prior ? prior[static_cast<std::size_t>(p)] : 0.0);
+          }
+        }
+      },
+      JacobianRows::processes);
+  return var;
 }
 
 /// The yields per process `nu` (`[nbins × nprocs]`, before β) with β applied (bbstat.hpp, beta_applied_cells): β̂
@@ -375,6 +412,9 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     const detail::ResidualCovariance s = detail::prefit_residual_covariance(lik, Jd, c0, st, nu0);
     detail::channel_chi2(m, detail::residuals(h.prefit_total, h.data), &s, h.prefit_chi2, h.prefit_chi2_total);
   }
+  if (opts.process_variances)
+    h.prefit_process_variance =
+        detail::process_variances(lik, x0, false, st, nu0, 0, [&](const auto& J) -> Eigen::VectorXd { return J.array().square().matrix() * c0; });
   const std::vector<double> beta_hat = lik.bin_by_bin_parameters(r.x);
 
   const std::vector<double> nu = lik.yields(r.x);
@@ -393,6 +433,7 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     if (opts.covariance)
       for (const Channel& c : m.channels) h.postfit_covariance.emplace_back(static_cast<std::size_t>(c.nbins * c.nbins), nan);
     if (opts.variations) h.postfit_variations.assign(static_cast<std::size_t>(bf * n * 2), nan);
+    if (opts.process_variances) h.postfit_process_variance.assign(static_cast<std::size_t>(bf * np), nan);
     if (opts.chi2) {
       detail::channel_chi2(m, {}, nullptr, h.postfit_chi2, h.postfit_chi2_total);
       h.postfit_chi2_note = "the fit's covariance is not usable (" + std::string(to_string(r.covariance_status)) + ")";
@@ -408,19 +449,27 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     });
     held.release();
   }
+  const auto halfway = [&](const auto& J) {  // R⁻¹·Jᵀ over the free columns of J: J·C·Jᵀ is its Gram matrix
+    Eigen::MatrixXd y(nf, J.rows());
+    for (index_t k = 0; k < nf; ++k) y.row(k) = J.col(free[static_cast<std::size_t>(k)]).transpose();
+    llt.matrixL().solveInPlace(y);
+    return y;
+  };
   h.postfit_variance.assign(static_cast<std::size_t>(bf), 0.0);
   const bool postfit_chi2 = opts.chi2 && !st.enabled;
   if (opts.chi2 && st.enabled) h.postfit_chi2_note = "the postfit χ² with bin-by-bin statistics is not computed yet";
   detail::for_jacobian_blocks(lik, r.x, true, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
     if (postfit_chi2) detail::gather_data_rows(blk, J, nb, Jd);
-    Eigen::MatrixXd y(nf, blk.size());  // R⁻¹·Jᵀ over the free columns of J: the block's J·C·Jᵀ is yᵀ·y
-    for (index_t k = 0; k < nf; ++k) y.row(k) = J.col(free[static_cast<std::size_t>(k)]).transpose();
-    llt.matrixL().solveInPlace(y);
+    const Eigen::MatrixXd y = halfway(J);
     Eigen::MatrixXd cov;
     if (opts.covariance) cov.noalias() = y.transpose() * y;
     detail::store_block(blk, y.colwise().squaredNorm().transpose(), std::move(cov), bvar, st, nu, nb, h.postfit_variance,
                         opts.covariance ? &h.postfit_covariance : nullptr);
   });
+  if (opts.process_variances)
+    h.postfit_process_variance = detail::process_variances(lik, r.x, true, st, nu, nb, [&](const auto& J) -> Eigen::VectorXd {
+      return halfway(J).colwise().squaredNorm().transpose();
+    });
   if (opts.chi2) {
     const auto s = postfit_chi2 ? std::optional(detail::postfit_residual_covariance(lik, Jd, free, llt, h.postfit_total)) : std::nullopt;
     detail::channel_chi2(m, detail::residuals(h.postfit_total, h.data), s ? &*s : nullptr, h.postfit_chi2, h.postfit_chi2_total);
