@@ -295,12 +295,8 @@ void compare_histograms(const std::string& tensor, const std::string& file, cons
   CHECK(h.prefit_chi2_total.ndf == chi2["prefit"]["ndf"].get<index_t>());
   CHECK(h.prefit_chi2_total.chi2 == Approx(chi2["prefit"]["chi2"].get<double>()).epsilon(1e-13));
   CHECK(h.postfit_chi2_total.ndf == chi2["postfit"]["ndf"].get<index_t>());
-  if (config == "bb") {
-    CHECK(std::isnan(h.postfit_chi2_total.chi2));  // not computed yet with bin-by-bin statistics
-  } else {
-    CHECK(h.postfit_chi2_total.chi2 == Approx(chi2["postfit"]["chi2"].get<double>()).epsilon(1e-7));
-    CHECK(hr.postfit_chi2_total.chi2 == Approx(chi2["postfit"]["chi2"].get<double>()).epsilon(1e-9));
-  }
+  CHECK(h.postfit_chi2_total.chi2 == Approx(chi2["postfit"]["chi2"].get<double>()).epsilon(1e-7));
+  CHECK(hr.postfit_chi2_total.chi2 == Approx(chi2["postfit"]["chi2"].get<double>()).epsilon(1e-9));
 }
 
 TEST_CASE("io: fitlib's histograms of rabbit's test tensor equal rabbit's, bin-by-bin statistics included", "[io][rabbit][histograms]") {

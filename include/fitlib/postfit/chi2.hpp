@@ -23,10 +23,11 @@ struct LinearChi2 {
 
 namespace detail {
 
-/// A block of U, diag(d)·J·T: the rows of J scaled by d (empty: by 1) and its columns combined by T (empty: I).
+/// A block of U, diag(d)·J·T: the rows of J scaled by d (empty: by 1) and its columns combined by T (empty: I); or,
+/// where the block is no such product, its columns themselves, X (`[rows × k]`; d and T unused).
 struct ScaledBlock {
   Eigen::VectorXd d;
-  Eigen::MatrixXd T;
+  Eigen::MatrixXd T, X;
 };
 
 /// The residuals' covariance in the form a fit's linearisation gives it, V + U·M·Uᵀ with V the data's covariance (a
@@ -43,6 +44,7 @@ struct ResidualCovariance {
   /// The columns of U, or of block `b`, at the rows `rows`.
   Eigen::MatrixXd block(std::size_t b, BinRange rows) const {
     const ScaledBlock& k = blocks[b];
+    if (k.X.size() != 0) return k.X.middleRows(rows.begin, rows.size());
     Eigen::MatrixXd x = J.middleRows(rows.begin, rows.size());
     if (k.d.size() != 0) x = k.d.segment(rows.begin, rows.size()).asDiagonal() * x;
     return k.T.size() != 0 ? Eigen::MatrixXd(x * k.T) : x;
@@ -59,7 +61,7 @@ struct ResidualCovariance {
   }
   index_t columns() const {
     index_t k = 0;
-    for (const ScaledBlock& b : blocks) k += b.T.size() != 0 ? b.T.cols() : J.cols();
+    for (const ScaledBlock& b : blocks) k += b.X.size() != 0 ? b.X.cols() : b.T.size() != 0 ? b.T.cols() : J.cols();
     return k;
   }
 };
@@ -102,7 +104,8 @@ inline LinearChi2 dense_chi2(const Eigen::VectorXd& r, const Eigen::MatrixXd& S,
 /// rᵀ·S⁻¹·r for the rows `rows` of S = V + U·M·Uᵀ (their marginal covariance). With a diagonal, positive V and U
 /// narrower than the rows, by Woodbury's identity, S⁻¹ = V⁻¹ − V⁻¹·U·(M⁻¹ + Uᵀ·V⁻¹·U)⁻¹·Uᵀ·V⁻¹, where each block of
 /// Uᵀ·V⁻¹·U is T_iᵀ·(Jᵀ·diag(d_i·d_j/v)·J)·T_j: a Gram matrix of J per pair of blocks (rows·n² flops, a fraction of a
-/// Hessian's), U itself never formed; otherwise from S itself, which must then be positive definite. NaN otherwise.
+/// Hessian's), U itself never formed (a block given by its columns X enters by its own products); otherwise from S
+/// itself, which must then be positive definite. NaN otherwise.
 inline LinearChi2 linear_chi2(const Eigen::VectorXd& r, const ResidualCovariance& s, BinRange rows) {
   const index_t nr = rows.size(), k = s.columns();
   LinearChi2 out{.ndf = nr};
@@ -120,12 +123,15 @@ inline LinearChi2 linear_chi2(const Eigen::VectorXd& r, const ResidualCovariance
     };
     Eigen::MatrixXd capacitance = s.m_inverse;
     Eigen::VectorXd q(k);
+    const auto given = [&](std::size_t b) { return s.blocks[b].X.size() != 0; };
     for (std::size_t i = 0, at = 0; i < s.blocks.size(); ++i) {
       const Eigen::VectorXd di = weight(i);
-      const Eigen::VectorXd qi = left(i, J.transpose() * di.cwiseProduct(vinv).cwiseProduct(res));
+      const Eigen::VectorXd qi = given(i) ? Eigen::VectorXd(s.block(i, rows).transpose() * vinv.cwiseProduct(res))
+                                          : Eigen::VectorXd(left(i, J.transpose() * di.cwiseProduct(vinv).cwiseProduct(res)));
       q.segment(static_cast<index_t>(at), qi.size()) = qi;
       for (std::size_t j = i, bt = at; j < s.blocks.size(); ++j) {
-        const Eigen::MatrixXd g = left(i, right(j, weighted_gram(J, di.cwiseProduct(weight(j)).cwiseProduct(vinv))));
+        const Eigen::MatrixXd g = given(i) || given(j) ? Eigen::MatrixXd(s.block(i, rows).transpose() * vinv.asDiagonal() * s.block(j, rows))
+                                                       : left(i, right(j, weighted_gram(J, di.cwiseProduct(weight(j)).cwiseProduct(vinv))));
         capacitance.block(static_cast<index_t>(at), static_cast<index_t>(bt), g.rows(), g.cols()) += g;
         if (j != i) capacitance.block(static_cast<index_t>(bt), static_cast<index_t>(at), g.cols(), g.rows()) += g.transpose();
         bt += static_cast<std::size_t>(g.cols());

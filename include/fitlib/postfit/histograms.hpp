@@ -67,7 +67,7 @@ struct Histograms {
   /// with its bins' marginal covariance; ndf 0 and NaN for a masked channel). Prefit the residuals' covariance is the
   /// data's plus the prefit yields' (J·C₀·Jᵀ and β's prior); postfit it is that of ν(x̂) − n with x̂ moving with the
   /// data and the constraint centres θ₀ (rabbit's profiled residuals): with R = ∂(ν(x̂) − n)/∂n and Θ = ∂ν(x̂)/∂θ₀,
-  /// R·V·Rᵀ + Θ·diag(1/w)·Θᵀ. Postfit with bin-by-bin statistics it is not computed yet (`postfit_chi2_note`).
+  /// R·V·Rᵀ + Θ·diag(1/w)·Θᵀ, and with bin-by-bin statistics the share of β's constraint centres β₀ moving too.
   std::vector<LinearChi2> prefit_chi2, postfit_chi2;
   LinearChi2 prefit_chi2_total, postfit_chi2_total;
   std::string postfit_chi2_note;  ///< why the postfit χ² are NaN, when they are for a reason other than S
@@ -284,7 +284,7 @@ ResidualCovariance prefit_residual_covariance(const Lik& lik, const Eigen::Matri
   Eigen::MatrixXd T = Eigen::MatrixXd::Zero(c0.size(), static_cast<index_t>(cols.size()));  // C₀^½ on the constrained columns
   for (std::size_t k = 0; k < cols.size(); ++k) T(cols[k], static_cast<index_t>(k)) = std::sqrt(c0(cols[k]));
   s.J = Jd;
-  s.blocks = {{.d = {}, .T = std::move(T)}};
+  s.blocks = {{.d = {}, .T = std::move(T), .X = {}}};
   s.m = s.m_inverse = Eigen::MatrixXd::Identity(static_cast<index_t>(cols.size()), static_cast<index_t>(cols.size()));
   for (index_t b = 0; b < Jd.rows(); ++b) {
     const double prior = prior_beta_variance(st, nu, b);
@@ -296,23 +296,135 @@ ResidualCovariance prefit_residual_covariance(const Lik& lik, const Eigen::Matri
   return s;
 }
 
-/// The postfit residuals' covariance without bin-by-bin statistics, rabbit's _residuals_profiled: r = ν(x̂) − n with
+/// a = ∂²ℓ/∂ν∂n per data bin: −1/ν̂ for the Poisson term (`total` the summed yields ν̂), −1/v for the χ² term (`v` the
+/// data's variances).
+template <class Lik>
+Eigen::VectorXd data_cross(const Lik& lik, const std::vector<double>& total, const Eigen::VectorXd& v) {
+  Eigen::VectorXd a(v.size());
+  for (index_t b = 0; b < v.size(); ++b) a(b) = lik.options().data_term == DataTerm::poisson ? -1 / total[static_cast<std::size_t>(b)] : -1 / v(b);
+  return a;
+}
+
+/// The columns `free` of J (`[rows × n]`).
+inline Eigen::MatrixXd free_columns(const Eigen::MatrixXd& J, const std::vector<index_t>& free) {
+  Eigen::MatrixXd Jf(J.rows(), static_cast<index_t>(free.size()));
+  for (std::size_t k = 0; k < free.size(); ++k) Jf.col(static_cast<index_t>(k)) = J.col(free[k]);
+  return Jf;
+}
+
+/// β's share of the postfit residuals' covariance with bin-by-bin statistics, rabbit's _residuals_profiled with β₀
+/// as global observables: the joint minimum of z = (x, β) moves with n, θ₀ and β₀, and β's block of the joint Hessian
+/// is diagonal per bin, so that with C the inverse of its Schur complement (the profiled Hessian) the covariance
+/// keeps the form V' + U·M·Uᵀ, U = [J̃·C, X]. Per data bin b, with J̃_b its row of the profiled Jacobian (`Jd`, data
+/// rows; `free` its free columns), a_b = ∂²ℓ/∂ν∂n, c = ∂ν̃_b/∂β, h = G_ββ⁻¹·c, Λ = diag(L_β'') (β₀'s information, (∂²L_β/∂β∂β₀)²·var β₀)
+/// and g_e = ∂β̂_e/∂x:
+///   V'_b = Δ_b²·v_b + hᵀ·Λ·h with Δ_b = 1 + a_b·cᵀ·G_ββ⁻¹·c;  X_b = Δ_b·a_b·v_b·J̃_b + Σ_e Λ_e·h_e·g_e;
+///   M's first block gains Σ_e Λ_e·g_e·g_eᵀ.
+/// g_e is κ·J̃_b for an additive β; (J̃_b − J_h,b)/A for a lite multiplicative one (J_h with β held at β̂, A the yield
+/// it scales); −(D''·m_e·J̃_b + D'·∂m_e/∂x)/L_β''_e for a full multiplicative one (bbstat.hpp, profiled_process_weights).
+struct BetaShare {
+  Eigen::VectorXd ba, own;  ///< a·cᵀ·G_ββ⁻¹·c (Δ − 1) and hᵀ·Λ·h per data bin
+  Eigen::MatrixXd zr;     ///< Σ_e Λ_e·h_e·g_e per data bin, `[data bins × free]`
+  Eigen::MatrixXd gram;   ///< Σ_e Λ_e·g_e·g_eᵀ, `[free × free]`
+};
+
+template <class Lik>
+BetaShare beta_share(Lik& lik, std::span<const double> x, const Eigen::MatrixXd& Jd, const std::vector<index_t>& free, const BinByBinStats& st,
+                     const std::vector<double>& nu, const std::vector<double>& beta_hat, const std::vector<double>& total) {
+  const Model& m = lik.model();
+  const Eigen::MatrixXd Jf = free_columns(Jd, free);
+  const Eigen::VectorXd v = data_covariance(lik).v, a = data_cross(lik, total, v);
+  const index_t nd = Jf.rows(), nf = Jf.cols(), P = m.nprocs(), per = st.per_bin();
+  const DataTerm term = lik.options().data_term;
+  const bool mult = st.multiplicative(), full = st.mode == BinByBinMode::full;
+  BetaShare out{.ba = Eigen::VectorXd(nd), .own = Eigen::VectorXd::Zero(nd), .zr = Eigen::MatrixXd::Zero(nd, nf), .gram = Eigen::MatrixXd::Zero(nf, nf)};
+  // Per β entry: Λ, h and g = α·J̃_b + γ·(a row of the held rows: J_h,b lite, ∂m_e/∂x full); Λ = 0 where β is fixed.
+  std::vector<double> lambda(static_cast<std::size_t>(nd * per), 0.0), h(lambda.size()), alpha(lambda.size()), gamma(lambda.size());
+  for (index_t b = 0; b < nd; ++b) {
+    const double* mb = nu.data() + b * P;
+    const double* bb = beta_hat.data() + b * per;
+    const double n = lik.data()[static_cast<std::size_t>(b)], nt = total[static_cast<std::size_t>(b)];
+    const double aux = term == DataTerm::poisson ? (n > 0 ? 1 / n : 0.0) : 1 / lik.data_variances()[static_cast<std::size_t>(b)];
+    const BinTerm t = data_term(term, nt, n, aux);
+    out.ba(b) = a(b) * beta_variance(st, b, mb, P, bb, t.d2);
+    double A = 0, cc = 0;
+    if (!full)  // (active cells: lite only)
+      for (index_t p = 0; p < P; ++p) A += st.active[static_cast<std::size_t>(b * P + p)] ? mb[p] : 0.0;
+    const auto c_of = [&](index_t e) { return !mult ? st.sigma[static_cast<std::size_t>(b * per + e)] : full ? mb[e] : A; };
+    for (index_t e = 0; e < per; ++e) {
+      const auto at = static_cast<std::size_t>(b * per + e);
+      const double l2 = beta_term(st.type, bb[e], st.kstat[at], st.beta0[at]).d2;
+      if (st.fixed[at] || !(l2 > 0) || (mult && !full && A == 0)) continue;
+      lambda[at] = l2;
+      cc += c_of(e) * c_of(e) / l2;
+    }
+    for (index_t e = 0; e < per; ++e) {
+      const auto at = static_cast<std::size_t>(b * per + e);
+      if (lambda[at] == 0) continue;
+      const double c = c_of(e), l2 = lambda[at];
+      h[at] = c / l2 / (1 + t.d2 * cc);
+      out.own(b) += l2 * h[at] * h[at];
+      if (!mult) {
+        alpha[at] = -t.d2 * c / (full ? l2 : 1.0);
+      } else if (!full) {
+        alpha[at] = 1 / A;
+        gamma[at] = -1 / A;
+      } else {
+        alpha[at] = -t.d2 * c / l2;
+        gamma[at] = -t.w / l2;
+      }
+    }
+  }
+  // g per β entry, a block of bins at a time: rows of √Λ·g for the Gram matrix, Λ·h·g into zr.
+  const index_t rows_per_bin = full ? P : 1;
+  const auto add = [&](BinRange blk, const auto* held) {
+    Eigen::MatrixXd G(blk.size() * per, nf);
+    for (index_t b = blk.begin; b < blk.end; ++b)
+      for (index_t e = 0; e < per; ++e) {
+        const auto at = static_cast<std::size_t>(b * per + e);
+        auto g = G.row((b - blk.begin) * per + e);
+        g = alpha[at] * Jf.row(b);
+        if (held && gamma[at] != 0)
+          for (index_t k = 0; k < nf; ++k) g(k) += gamma[at] * (*held)((b - blk.begin) * rows_per_bin + (full ? e : 0), free[static_cast<std::size_t>(k)]);
+        out.zr.row(b) += lambda[at] * h[at] * g;
+        g *= std::sqrt(lambda[at]);
+      }
+    out.gram.selfadjointView<Eigen::Lower>().rankUpdate(G.transpose());
+  };
+  std::vector<BinRange> blocks;
+  for (const BinRange& blk : jacobian_blocks(m, lik.size() * rows_per_bin, false))
+    if (blk.begin < nd) blocks.push_back({blk.begin, std::min(blk.end, nd)});
+  if (!mult) {
+    for (const BinRange& blk : blocks) add(blk, static_cast<const Eigen::MatrixXd*>(nullptr));
+  } else if (!full) {  // J_h: β held at β̂
+    HeldBeta<Lik> held(lik, beta_hat);
+    for_jacobian_blocks(lik, x, true, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>&) { add(blk, &J); });
+    held.release();
+  } else {  // ∂m_e/∂x: each cell's rows before β
+    for_jacobian_blocks(lik, x, false, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>&) { add(blk, &J); },
+                        JacobianRows::processes);
+  }
+  out.gram.triangularView<Eigen::StrictlyUpper>() = out.gram.transpose();
+  return out;
+}
+
+/// The postfit residuals' covariance, rabbit's _residuals_profiled: r = ν(x̂) − n with
 /// x̂ moving with n and θ₀ by the implicit function theorem, dx̂ = C·(Wf·dθ₀ − Jfᵀ·A·dn), A = ∂²ℓ/∂ν∂n (−1/ν̂ Poisson,
 /// −V⁻¹ for the χ² terms), Jf the free columns of J (`Jd`, data rows), C = H⁻¹ (`llt`, its factor), Wf the
 /// constraints' weights. With K = Jf·C, E = A·V and G = Jfᵀ·A·V·A·Jf:
 ///   S = V + K·(Wf + G)·Kᵀ + K·(E·Jf)ᵀ + (E·Jf)·Kᵀ = V + U·M·Uᵀ,  U = [Jf·C, E·Jf],  M = [[Wf + G, I], [I, 0]],
-/// M⁻¹ = [[0, I], [I, −(Wf + G)]]. E = −I for the χ² terms; for Poisson E = −diag(v/ν̂).
+/// M⁻¹ = [[0, I], [I, −(Wf + G)]]. E = −I for the χ² terms; for Poisson E = −diag(v/ν̂). With bin-by-bin statistics
+/// J is the profiled Jacobian, and β's share (`beta`, beta_share's) replaces V by V' and E·J by X and adds to Wf + G.
 template <class Lik>
 ResidualCovariance postfit_residual_covariance(const Lik& lik, const Eigen::MatrixXd& Jd, const std::vector<index_t>& free, const Eigen::LLT<Eigen::MatrixXd>& llt,
-                                               const std::vector<double>& total) {
+                                               const std::vector<double>& total, const BetaShare* beta = nullptr) {
   const Model& m = lik.model();
   const index_t nd = Jd.rows(), nf = static_cast<index_t>(free.size());
   ResidualCovariance s = data_covariance(lik);
-  Eigen::MatrixXd Jf(nd, nf);
+  Eigen::MatrixXd Jf = free_columns(Jd, free);
   Eigen::VectorXd wf(nf);
   for (index_t k = 0; k < nf; ++k) {
     const index_t i = free[static_cast<std::size_t>(k)];
-    Jf.col(k) = Jd.col(i);
     wf(k) = i < m.npoi() ? 0.0 : m.constraint_weights[static_cast<std::size_t>(i - m.npoi())];
   }
   Eigen::MatrixXd G;
@@ -323,18 +435,25 @@ ResidualCovariance postfit_residual_covariance(const Lik& lik, const Eigen::Matr
     e = -Eigen::VectorXd::Ones(nd);
   } else {
     // a·v and a²·v per bin; 0 where v = 0 (an empty Poisson bin, whose count cannot move: its a, −1/ν̂, may be infinite)
-    Eigen::VectorXd a(nd), a2v(nd);
+    const Eigen::VectorXd a = data_cross(lik, total, s.v);
+    Eigen::VectorXd a2v(nd);
     e.resize(nd);
     for (index_t b = 0; b < nd; ++b) {
-      a(b) = lik.options().data_term == DataTerm::poisson ? -1 / total[static_cast<std::size_t>(b)] : -1 / s.v(b);
       e(b) = s.v(b) == 0 ? 0.0 : a(b) * s.v(b);
       a2v(b) = s.v(b) == 0 ? 0.0 : a(b) * e(b);
     }
     G = weighted_gram(Jf, a2v);
   }
   G.diagonal() += wf;
+  ScaledBlock second{.d = std::move(e), .T = {}, .X = {}};  // E·J
+  if (beta) {
+    const Eigen::ArrayXd delta = 1 + beta->ba.array();
+    G += beta->gram;
+    s.v = delta.square() * s.v.array() + beta->own.array();
+    second = {.d = {}, .T = {}, .X = (delta * second.d.array()).matrix().asDiagonal() * Jf + beta->zr};
+  }
   s.J = std::move(Jf);
-  s.blocks = {{.d = {}, .T = llt.solve(Eigen::MatrixXd::Identity(nf, nf))}, {.d = std::move(e), .T = {}}};  // J·C and E·J
+  s.blocks = {{.d = {}, .T = llt.solve(Eigen::MatrixXd::Identity(nf, nf)), .X = {}}, std::move(second)};  // J·C, and E·J or X
   const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(nf, nf);
   s.m.setZero(2 * nf, 2 * nf);
   s.m.topLeftCorner(nf, nf) = G;
@@ -456,10 +575,8 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     return y;
   };
   h.postfit_variance.assign(static_cast<std::size_t>(bf), 0.0);
-  const bool postfit_chi2 = opts.chi2 && !st.enabled;
-  if (opts.chi2 && st.enabled) h.postfit_chi2_note = "the postfit χ² with bin-by-bin statistics is not computed yet";
   detail::for_jacobian_blocks(lik, r.x, true, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
-    if (postfit_chi2) detail::gather_data_rows(blk, J, nb, Jd);
+    if (opts.chi2) detail::gather_data_rows(blk, J, nb, Jd);
     const Eigen::MatrixXd y = halfway(J);
     Eigen::MatrixXd cov;
     if (opts.covariance) cov.noalias() = y.transpose() * y;
@@ -471,8 +588,9 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
       return halfway(J).colwise().squaredNorm().transpose();
     });
   if (opts.chi2) {
-    const auto s = postfit_chi2 ? std::optional(detail::postfit_residual_covariance(lik, Jd, free, llt, h.postfit_total)) : std::nullopt;
-    detail::channel_chi2(m, detail::residuals(h.postfit_total, h.data), s ? &*s : nullptr, h.postfit_chi2, h.postfit_chi2_total);
+    const auto beta = st.enabled ? std::optional(detail::beta_share(lik, r.x, Jd, free, st, nu, beta_hat, h.postfit_total)) : std::nullopt;
+    const detail::ResidualCovariance s = detail::postfit_residual_covariance(lik, Jd, free, llt, h.postfit_total, beta ? &*beta : nullptr);
+    detail::channel_chi2(m, detail::residuals(h.postfit_total, h.data), &s, h.postfit_chi2, h.postfit_chi2_total);
   }
   return h;
 }

@@ -399,19 +399,29 @@ Eigen::MatrixXd map_columns(const F& f, std::span<const double> nu, const Eigen:
   return out;
 }
 
-/// F·diag(d)·Fᵀ (`d` over the first bins, the others 0): the mapped covariance of independent bins.
+/// Y·Yᵀ for Y = Σ_k F(ν_k)·diag(s_k), F(ν) f's forward derivative at ν, over the `terms` (ν_k, s_k) (each s_k over the
+/// first bins, the others 0): the mapped covariance of independent bins that enter through f at more than one point.
 template <yield_mapping F>
-Eigen::MatrixXd map_diagonal(const F& f, std::span<const double> nu, const Eigen::VectorXd& d) {
+Eigen::MatrixXd map_gram(const F& f, const std::vector<std::pair<std::span<const double>, Eigen::VectorXd>>& terms) {
   Eigen::MatrixXd sum = Eigen::MatrixXd::Zero(f.size(), f.size());
-  const index_t chunk = 256;
-  for (index_t b0 = 0; b0 < d.size(); b0 += chunk) {
-    const index_t w = std::min(chunk, d.size() - b0);
-    Eigen::MatrixXd X = Eigen::MatrixXd::Zero(b0 + w, w);
-    for (index_t j = 0; j < w; ++j) X(b0 + j, j) = std::sqrt(std::max(0.0, d(b0 + j)));
-    const Eigen::MatrixXd y = map_columns(f, nu, X);
+  const index_t nd = terms.front().second.size(), chunk = 256;
+  for (index_t b0 = 0; b0 < nd; b0 += chunk) {
+    const index_t w = std::min(chunk, nd - b0);
+    Eigen::MatrixXd y = Eigen::MatrixXd::Zero(f.size(), w);
+    for (const auto& [nu, s] : terms) {
+      Eigen::MatrixXd X = Eigen::MatrixXd::Zero(b0 + w, w);
+      for (index_t j = 0; j < w; ++j) X(b0 + j, j) = s(b0 + j);
+      y += map_columns(f, nu, X);
+    }
     sum.noalias() += y * y.transpose();
   }
   return sum;
+}
+
+/// F·diag(d)·Fᵀ (`d` over the first bins, the others 0): the mapped covariance of independent bins.
+template <yield_mapping F>
+Eigen::MatrixXd map_diagonal(const F& f, std::span<const double> nu, const Eigen::VectorXd& d) {
+  return map_gram(f, {{nu, d.cwiseMax(0.0).cwiseSqrt()}});
 }
 
 /// The whole Jacobian of the summed yields at x (`[nbins_full × n]`) and β's own variance per bin (its data part with
@@ -522,17 +532,26 @@ MappedHistograms mapped_histograms(Lik& lik, const FitResult& r, const F& f, con
   h.postfit_variance = detail::diagonal_of(cov);
   if (opts.covariance) h.postfit_covariance = detail::row_major(cov);
   if (!data) return h;
-  if (st.enabled) {
-    h.postfit_chi2 = LinearChi2{.ndf = ny - f.ndf_reduction()};
-    h.postfit_chi2_note = "the postfit χ² with bin-by-bin statistics is not computed yet";
-    return h;
-  }
   // S = F_n·V·F_nᵀ + U·M·Uᵀ with the bins' U = [J·C, E·J] mapped: [F_ν·J·C, F_n·E·J] (histograms.hpp, postfit_residual_covariance).
-  detail::ResidualCovariance s = detail::postfit_residual_covariance(lik, J.topRows(nb), free, llt, total);
+  // With bin-by-bin statistics n moves ν̃ through β as well, by −diag(a·bvar)·dn, so F_n·diag(√v) and F_n·E·J gain
+  // F_ν·diag(a·bvar) times the same, and β₀'s shares (X's Zr, V's hᵀ·Λ·h) are mapped by F_ν (beta_share).
+  const Eigen::MatrixXd Jd = J.topRows(nb);
+  const auto beta = st.enabled ? std::optional(detail::beta_share(lik, r.x, Jd, free, st, nu, beta_hat, total)) : std::nullopt;
+  const detail::ResidualCovariance s = detail::postfit_residual_covariance(lik, Jd, free, llt, total, beta ? &*beta : nullptr);
   Eigen::MatrixXd U(ny, 2 * nf);
   U.leftCols(nf) = detail::map_columns(f, total, s.J) * s.blocks[0].T;
-  U.rightCols(nf) = detail::map_columns(f, counts, s.blocks[1].d.asDiagonal() * s.J);
-  h.postfit_chi2 = chi2(h.postfit, data_cov + U * s.m * U.transpose());
+  if (!beta) {
+    U.rightCols(nf) = detail::map_columns(f, counts, s.blocks[1].d.asDiagonal() * s.J);
+    h.postfit_chi2 = chi2(h.postfit, data_cov + U * s.m * U.transpose());
+    return h;
+  }
+  const Eigen::VectorXd v = detail::data_covariance(lik).v, a = detail::data_cross(lik, total, v);
+  Eigen::VectorXd e(nb), sv = v.cwiseSqrt();
+  for (index_t b = 0; b < nb; ++b) e(b) = v(b) == 0 ? 0.0 : a(b) * v(b);
+  U.rightCols(nf) = detail::map_columns(f, counts, e.asDiagonal() * s.J) +
+                    detail::map_columns(f, total, Eigen::MatrixXd(beta->ba.cwiseProduct(e).asDiagonal() * s.J + beta->zr));
+  const Eigen::MatrixXd D = detail::map_gram(f, {{counts, sv}, {total, beta->ba.cwiseProduct(sv)}}) + detail::map_diagonal(f, total, beta->own);
+  h.postfit_chi2 = chi2(h.postfit, D + U * s.m * U.transpose());
   return h;
 }
 
