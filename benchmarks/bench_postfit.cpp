@@ -3,7 +3,8 @@
 // one dense Hessian of the same likelihood at the same point, timed in the same run:
 //   hessian_multiple = seconds of histograms(lik, r) / seconds of one Hessian (the fastest of two)
 // The target for 10⁴ bins × 1000 systematics is ≤ 1.5. The "/chi2" rows add the linear χ² against the data
-// (HistogramOptions::chi2, the default; prefit and postfit, by Woodbury's identity). The histograms build each bin's row of the yields'
+// (HistogramOptions::chi2, the default; prefit and postfit, by Woodbury's identity), the "/processes" rows each
+// process's variances instead (HistogramOptions::process_variances, a Jacobian row per bin and process). The histograms build each bin's row of the yields'
 // Jacobian from the templates as the Hessian builds its rows (twice: prefit and postfit) and solve one triangular
 // system per block of bins (bins·n² flops); the Hessian does a rank-k update of cells·n² flops.
 #include <benchmark/benchmark.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fitlib/fit.hpp>
@@ -28,7 +30,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void BM_Histograms(benchmark::State& state, Config c, bool chi2) {
+void BM_Histograms(benchmark::State& state, Config c, fitlib::HistogramOptions opts) {
   fitlib::LikelihoodOptions o;
   o.bin_by_bin.enabled = c.bin_by_bin;
   fitlib::SerialLikelihood lik(fitlib::bench::synthetic_model(c), {}, o);
@@ -52,7 +54,7 @@ void BM_Histograms(benchmark::State& state, Config c, bool chi2) {
   index_t runs = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    const fitlib::Histograms h = fitlib::histograms(lik, r, {.chi2 = chi2});
+    const fitlib::Histograms h = fitlib::histograms(lik, r, opts);
     benchmark::DoNotOptimize(h.postfit_variance.data());
     total += seconds_since(t0);
     ++runs;
@@ -68,10 +70,10 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   for (const Config& c : {Config{1000, 8, 100, false}, Config{1000, 8, 100, false, 1.0, true}, Config{10000, 8, 1000, false},
                           Config{10000, 8, 1000, false, 1.0, true}})
-    for (const bool chi2 : {false, true})
-      benchmark::RegisterBenchmark(("BM_Histograms/" + c.name() + (chi2 ? "/chi2" : "")).c_str(), BM_Histograms, c, chi2)
-          ->Unit(benchmark::kMillisecond)
-          ->Iterations(2);
+    for (const auto& [suffix, opts] : {std::pair<std::string, fitlib::HistogramOptions>{"", {.chi2 = false}},
+                                       {"/chi2", {}},
+                                       {"/processes", {.chi2 = false, .process_variances = true}}})
+      benchmark::RegisterBenchmark(("BM_Histograms/" + c.name() + suffix).c_str(), BM_Histograms, c, opts)->Unit(benchmark::kMillisecond)->Iterations(2);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -130,8 +130,11 @@ inline LinearChi2 linear_chi2(const Eigen::VectorXd& r, const ResidualCovariance
                                           : Eigen::VectorXd(left(i, J.transpose() * di.cwiseProduct(vinv).cwiseProduct(res)));
       q.segment(static_cast<index_t>(at), qi.size()) = qi;
       for (std::size_t j = i, bt = at; j < s.blocks.size(); ++j) {
-        const Eigen::MatrixXd g = given(i) || given(j) ? Eigen::MatrixXd(s.block(i, rows).transpose() * vinv.asDiagonal() * s.block(j, rows))
-                                                       : left(i, right(j, weighted_gram(J, di.cwiseProduct(weight(j)).cwiseProduct(vinv))));
+        // a given block with itself by a rank update; with a product of J before J's own T (n columns, not T's)
+        const auto rows_of = [&](std::size_t b) -> Eigen::MatrixXd { return given(b) ? s.block(b, rows) : weight(b).asDiagonal() * J; };
+        const Eigen::MatrixXd g = !given(i) && !given(j) ? left(i, right(j, weighted_gram(J, di.cwiseProduct(weight(j)).cwiseProduct(vinv))))
+                                  : i == j               ? weighted_gram(s.block(i, rows), vinv)
+                                                         : left(i, right(j, Eigen::MatrixXd(rows_of(i).transpose() * vinv.asDiagonal() * rows_of(j))));
         capacitance.block(static_cast<index_t>(at), static_cast<index_t>(bt), g.rows(), g.cols()) += g;
         if (j != i) capacitance.block(static_cast<index_t>(bt), static_cast<index_t>(at), g.cols(), g.rows()) += g.transpose();
         bt += static_cast<std::size_t>(g.cols());
