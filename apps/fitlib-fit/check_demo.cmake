@@ -125,6 +125,10 @@ if(NOT npost EQUAL nbins_full OR NOT var0_bb GREATER var0 OR NOT ncov EQUAL ncha
                       "variance ${var0_bb} (without the statistics ${var0}); ${ncov} covariance blocks for ${nchannels} channels, the "
                       "first of ${ncov0} entries for ${bins0} bins, its first ${cov00}")
 endif()
+string(JSON chi2_post_bb GET "${json}" fits 0 histograms postfit_chi2 total chi2)
+if(NOT chi2_post_bb GREATER 0)
+  message(FATAL_ERROR "--saveHists with bin-by-bin statistics: the postfit chi2 is '${chi2_post_bb}', not a number")
+endif()
 run_fit(hists_blinded -t 0 --saveHists --noBinByBinStat)
 string(JSON post ERROR_VARIABLE absent GET "${json}" fits 0 histograms postfit_total)
 string(JSON npre LENGTH "${json}" fits 0 histograms prefit_total)

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "fitlib/fit.hpp"
 #include "fitlib/postfit/histograms.hpp"
@@ -256,6 +257,24 @@ Model bbstat_histogram_model() {
   return test::random_model(sp);
 }
 
+/// A bin-by-bin configuration of the reference tests: its likelihood options, and its name for INFO.
+struct BbCase {
+  BinByBinMode mode;
+  BinByBinType type;
+  DataTerm term;
+  LikelihoodOptions options() const {
+    LikelihoodOptions o;
+    o.bin_by_bin.mode = mode;
+    o.bin_by_bin.type = type;
+    o.data_term = term;
+    return o;
+  }
+  std::string name() const {
+    return std::string("mode ") + (mode == BinByBinMode::lite ? "lite" : "full") + ", type " + std::to_string(static_cast<int>(type)) + ", term " +
+           std::to_string(static_cast<int>(term));
+  }
+};
+
 /// c_p of cell (b, p) and the additive shift of bin b at β (`beta`, per entries of bin b), written out per mode
 /// for the reference, independently of bbstat.hpp: the bin's per-process yields with β applied.
 std::vector<double> apply_beta_by_hand(const Model& m, const LikelihoodOptions& o, index_t b, const std::vector<double>& mu, const double* beta) {
@@ -287,23 +306,15 @@ TEST_CASE("histograms with bin-by-bin statistics: β̂ in the yields, the varian
   // gradient of bin b's summed yield in (x, β). The histograms' J·C·Jᵀ through β̂(x) plus cᵀ·G_ββ⁻¹·c must equal
   // it: C is the inverse of H's Schur complement, the profiled Hessian.
   const Model m = bbstat_histogram_model();
-  struct Case {
-    BinByBinMode mode;
-    BinByBinType type;
-    DataTerm term;
-  };
-  for (const Case c : {Case{BinByBinMode::lite, BinByBinType::gamma, DataTerm::poisson}, Case{BinByBinMode::full, BinByBinType::gamma, DataTerm::poisson},
-                       Case{BinByBinMode::lite, BinByBinType::normal_additive, DataTerm::poisson},
-                       Case{BinByBinMode::full, BinByBinType::normal_additive, DataTerm::poisson},
-                       Case{BinByBinMode::lite, BinByBinType::gamma, DataTerm::chisq}}) {
-    LikelihoodOptions o;
-    o.bin_by_bin.mode = c.mode;
-    o.bin_by_bin.type = c.type;
-    o.data_term = c.term;
+  for (const BbCase c : {BbCase{BinByBinMode::lite, BinByBinType::gamma, DataTerm::poisson}, BbCase{BinByBinMode::full, BinByBinType::gamma, DataTerm::poisson},
+                       BbCase{BinByBinMode::lite, BinByBinType::normal_additive, DataTerm::poisson},
+                       BbCase{BinByBinMode::full, BinByBinType::normal_additive, DataTerm::poisson},
+                       BbCase{BinByBinMode::lite, BinByBinType::gamma, DataTerm::chisq}}) {
+    const LikelihoodOptions o = c.options();
     Model mc = m;
     if (c.term == DataTerm::chisq) test::add_data_variances(mc);
     SerialLikelihood lik(mc, {}, o);
-    INFO("mode " << (c.mode == BinByBinMode::lite ? "lite" : "full") << ", type " << static_cast<int>(c.type) << ", term " << static_cast<int>(c.term));
+    INFO(c.name());
     const FitResult r = fit(lik, TrustRegion<Exact>{});
     INFO(r.status_text());
     REQUIRE(r.converged());
@@ -670,6 +681,13 @@ TEST_CASE("linear_chi2: Woodbury's route equals the direct one", "[postfit][chi2
   CHECK(woodbury.ndf == rows);
   CHECK(woodbury.chi2 == Approx(chi2_of(r, S, 0, rows)).epsilon(1e-12));
   CHECK(direct.chi2 == Approx(chi2_of(r, S, 2, 8)).epsilon(1e-12));
+  // The second block given by its columns X (bin-by-bin statistics' postfit form): the same U, the same χ², through
+  // the given block's own products on both routes.
+  detail::ResidualCovariance sx = s;
+  sx.blocks[1] = {.d = {}, .T = {}, .X = d.asDiagonal() * s.J};
+  CHECK(sx.U({0, rows}).isApprox(U, 1e-15));
+  CHECK(detail::linear_chi2(r, sx, {0, rows}).chi2 == Approx(woodbury.chi2).epsilon(1e-12));
+  CHECK(detail::linear_chi2(r, sx, {2, 8}).chi2 == Approx(direct.chi2).epsilon(1e-12));
   // The prefit's form, U = J·T, M = I, with a bin without variance (an empty Poisson bin): the direct route.
   s.blocks = {{.d = {}, .T = T.leftCols(3), .X = {}}};
   s.m = s.m_inverse = Eigen::MatrixXd::Identity(3, 3);
@@ -875,25 +893,18 @@ TEST_CASE("histograms: the linear χ² with bin-by-bin statistics, prefit β's p
   base.channels = {{"a", 12, false, {detail::integer_axis("x", 12)}}, {"b", 6, false, {detail::integer_axis("y", 6)}},
                    {"m", 2, true, {detail::integer_axis("u", 2)}}};
   base.constraint_weights[1] = 4;
-  struct Case {
-    BinByBinMode mode;
-    BinByBinType type;
-    DataTerm term;
-  };
-  for (const Case c : {Case{BinByBinMode::lite, BinByBinType::gamma, DataTerm::poisson}, Case{BinByBinMode::full, BinByBinType::gamma, DataTerm::poisson},
-                       Case{BinByBinMode::lite, BinByBinType::normal_additive, DataTerm::poisson},
-                       Case{BinByBinMode::full, BinByBinType::normal_additive, DataTerm::poisson},
-                       Case{BinByBinMode::lite, BinByBinType::normal_multiplicative, DataTerm::poisson},
-                       Case{BinByBinMode::full, BinByBinType::normal_multiplicative, DataTerm::poisson},
-                       Case{BinByBinMode::lite, BinByBinType::gamma, DataTerm::chisq}}) {
-    LikelihoodOptions o;
-    o.bin_by_bin.mode = c.mode;
-    o.bin_by_bin.type = c.type;
-    o.data_term = c.term;
+  for (const BbCase c : {BbCase{BinByBinMode::lite, BinByBinType::gamma, DataTerm::poisson}, BbCase{BinByBinMode::full, BinByBinType::gamma, DataTerm::poisson},
+                       BbCase{BinByBinMode::lite, BinByBinType::normal_additive, DataTerm::poisson},
+                       BbCase{BinByBinMode::full, BinByBinType::normal_additive, DataTerm::poisson},
+                       BbCase{BinByBinMode::lite, BinByBinType::normal_multiplicative, DataTerm::poisson},
+                       BbCase{BinByBinMode::full, BinByBinType::normal_multiplicative, DataTerm::poisson},
+                       BbCase{BinByBinMode::lite, BinByBinType::gamma, DataTerm::chisq}, BbCase{BinByBinMode::full, BinByBinType::gamma, DataTerm::chisq},
+                       BbCase{BinByBinMode::lite, BinByBinType::normal_additive, DataTerm::chisq}}) {
+    const LikelihoodOptions o = c.options();
     Model m = base;
     if (c.term == DataTerm::chisq) test::add_data_variances(m);
     SerialLikelihood lik(m, {}, o);
-    INFO("mode " << (c.mode == BinByBinMode::lite ? "lite" : "full") << ", type " << static_cast<int>(c.type) << ", term " << static_cast<int>(c.term));
+    INFO(c.name());
     TrustRegionOptions t;
     t.gtol = 1e-10;
     const FitResult r = fit(lik, TrustRegion<Exact>(t));

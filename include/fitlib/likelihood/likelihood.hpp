@@ -454,13 +454,14 @@ class Likelihood {
     if (profiled && bin_by_bin_per_bin() > 0 && opts_.data_term == DataTerm::covariance)
       throw usage_error("postfit yields with bin-by-bin statistics need a separable data term (Poisson or χ²): the covariance term "
                         "marginalises β in closed form, with no β̂ per bin; disable LikelihoodOptions::bin_by_bin or use another data term");
+    const std::string what = rows == JacobianRows::processes ? "process_yield_jacobian" : "yield_jacobian";
     if (bins.begin < 0 || bins.end > model_->nbins_full() || bins.begin >= bins.end)
-      throw usage_error("yield_jacobian of bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "), outside the model's " +
+      throw usage_error(what + " of bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "), outside the model's " +
                         std::to_string(model_->nbins_full()) + " bins");
     const index_t per = rows == JacobianRows::processes ? model_->nprocs() : 1;
     const auto nr = static_cast<std::size_t>(bins.size() * per), n = static_cast<std::size_t>(nparams_);
     if (o.size() != nr || beta_var.size() != nr || J.size() != nr * n)
-      throw usage_error("yield_jacobian of " + std::to_string(bins.size()) + " bins needs outputs of " + std::to_string(nr) + ", " + std::to_string(nr) +
+      throw usage_error(what + " of " + std::to_string(bins.size()) + " bins needs outputs of " + std::to_string(nr) + ", " + std::to_string(nr) +
                         " × " + std::to_string(n) + " and " + std::to_string(nr) + " entries");
     const auto xv = column(x);
     shards_.for_each([&](std::size_t k) {  // each shard writes its own rows

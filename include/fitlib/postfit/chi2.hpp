@@ -32,7 +32,8 @@ struct ScaledBlock {
 
 /// The residuals' covariance in the form a fit's linearisation gives it, V + U·M·Uᵀ with V the data's covariance (a
 /// diagonal `v`, or `dense` when that is not empty) and U·M·Uᵀ the predictions' share: U = [diag(d₁)·J·T₁, …] in
-/// `blocks` over the rows of the yields' Jacobian J (prefit one block, J·C₀^½; postfit two, J·C and E·J), of low rank
+/// `blocks` over the rows of the yields' Jacobian J (prefit one block, J·C₀^½; postfit two, J·C and E·J, or with
+/// bin-by-bin statistics a given X for the second), of low rank
 /// when it has fewer columns than rows; `m_inverse` is M⁻¹ (M is invertible in both uses: I prefit, a 2×2 block
 /// matrix postfit).
 struct ResidualCovariance {

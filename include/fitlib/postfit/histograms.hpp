@@ -320,7 +320,7 @@ inline Eigen::MatrixXd free_columns(const Eigen::MatrixXd& J, const std::vector<
 /// and g_e = ∂β̂_e/∂x:
 ///   V'_b = Δ_b²·v_b + hᵀ·Λ·h with Δ_b = 1 + a_b·cᵀ·G_ββ⁻¹·c;  X_b = Δ_b·a_b·v_b·J̃_b + Σ_e Λ_e·h_e·g_e;
 ///   M's first block gains Σ_e Λ_e·g_e·g_eᵀ.
-/// g_e is κ·J̃_b for an additive β; (J̃_b − J_h,b)/A for a lite multiplicative one (J_h with β held at β̂, A the yield
+/// g_e is −D''·s_e/L_β''_e·J̃_b for an additive β; (J̃_b − J_h,b)/A for a lite multiplicative one (J_h with β held at β̂, A the yield
 /// it scales); −(D''·m_e·J̃_b + D'·∂m_e/∂x)/L_β''_e for a full multiplicative one (bbstat.hpp, profiled_process_weights).
 struct BetaShare {
   Eigen::VectorXd ba, own;  ///< a·cᵀ·G_ββ⁻¹·c (Δ − 1) and hᵀ·Λ·h per data bin
@@ -346,7 +346,7 @@ BetaShare beta_share(Lik& lik, std::span<const double> x, const Eigen::MatrixXd&
     const double n = lik.data()[static_cast<std::size_t>(b)], nt = total[static_cast<std::size_t>(b)];
     const double aux = term == DataTerm::poisson ? (n > 0 ? 1 / n : 0.0) : 1 / lik.data_variances()[static_cast<std::size_t>(b)];
     const BinTerm t = data_term(term, nt, n, aux);
-    out.ba(b) = a(b) * beta_variance(st, b, mb, P, bb, t.d2);
+    out.ba(b) = v(b) == 0 ? 0.0 : a(b) * beta_variance(st, b, mb, P, bb, t.d2);  // (a may be infinite where v = 0; ba meets only v)
     double A = 0, cc = 0;
     if (!full)  // (active cells: lite only)
       for (index_t p = 0; p < P; ++p) A += st.active[static_cast<std::size_t>(b * P + p)] ? mb[p] : 0.0;
@@ -365,7 +365,7 @@ BetaShare beta_share(Lik& lik, std::span<const double> x, const Eigen::MatrixXd&
       h[at] = c / l2 / (1 + t.d2 * cc);
       out.own(b) += l2 * h[at] * h[at];
       if (!mult) {
-        alpha[at] = -t.d2 * c / (full ? l2 : 1.0);
+        alpha[at] = -t.d2 * c / l2;
       } else if (!full) {
         alpha[at] = 1 / A;
         gamma[at] = -1 / A;
