@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CTEST ?= ctest
 
-.PHONY: all deps configure build demo test fuzz sanitize bench clean
+.PHONY: all deps configure build demo test python fuzz sanitize bench clean
 
 all: build
 
@@ -28,6 +28,11 @@ demo: configure
 
 test: build
 	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS) -LE fuzz
+	BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) ./scripts/python-venv.sh
+
+# The Python package (python/) built and installed into $(BUILD_DIR)/venv-python, and its tests (part of `test`).
+python: deps
+	BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) ./scripts/python-venv.sh
 
 # The rabbit reader's libFuzzer run (60 s, needs clang-14 and libFuzzer, which --fuzz installs); not part of `test`.
 fuzz: configure

@@ -17,6 +17,8 @@ packages=(
   libcli11-dev      # CLI11: the fitlib-fit command line
   hdf5-filter-plugin-blosc-serial  # Blosc v1 filter (32001) of rabbit's meta pickle
   python3-pip       # installs the Blosc2 HDF5 filter plugin below
+  python3-dev       # Python.h: fitlib's Python extension (python/, scripts/python-venv.sh)
+  python3-venv      # the venv the Python package is built and tested in
   libopenmpi-dev    # Open MPI: mpi::Ranks, the bins split over MPI ranks
   openmpi-bin       # mpirun, for the MPI tests and `mpirun -n K fitlib-fit`
 )

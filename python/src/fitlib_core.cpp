@@ -1,0 +1,418 @@
+// SPDX-License-Identifier: MIT
+// fitlib._core, the Python extension (nanobind): rabbit tensors in, fits and their histograms out as numpy arrays.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fitlib/io/rabbit.hpp"
+#include "fitlib/version.hpp"
+#include "runs.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace fitlib::python {
+
+namespace {
+
+/// A tensor read by read_rabbit: the model, shared with the fits and with the arrays that view it, and what else the
+/// file says that a fit needs.
+struct PyModel {
+  std::shared_ptr<const Model> model;
+  std::string path, sha256;
+  std::string channels_skipped;  ///< io::RabbitTensor::channels_skipped
+  std::string meta_skipped;      ///< io::RabbitTensor::meta_skipped
+  bool beta_variations = false;  ///< the tensor has hbetavariations, which fitlib does not apply yet
+};
+
+/// A fit, immutable and shared with the arrays that view it.
+struct PyFitResult {
+  std::shared_ptr<const FitOutcome> outcome;
+};
+
+/// fitlib's exception classes as Python sees them (created with the module, which keeps them alive).
+struct PythonErrors {
+  PyObject* base = nullptr;
+  PyObject* model = nullptr;
+  PyObject* usage = nullptr;
+  PyObject* file = nullptr;
+};
+PythonErrors errors;
+
+/// HDF5's serial build runs one call at a time, and a read releases the GIL: two Python threads may read at once.
+std::mutex hdf5_mutex;
+
+/// The value a string keyword names, or a usage_error listing the choices.
+template <class E>
+E choose(const char* keyword, const std::string& value, std::initializer_list<std::pair<const char*, E>> choices) {
+  std::string allowed;
+  for (const auto& [name, e] : choices) {
+    if (value == name) return e;
+    allowed += (allowed.empty() ? "'" : ", '") + std::string(name) + "'";
+  }
+  throw usage_error(std::string(keyword) + "='" + value + "' is not one of " + allowed);
+}
+
+/// A read-only numpy array over values that `owner` keeps alive (the model, a fit, histograms), without a copy.
+/// `strides` in elements, as `shape`; none: row-major. Returned as a Python object: nanobind refuses to return an
+/// ndarray that has an owner under a property's reference_internal policy.
+template <class T, class Owner>
+nb::object view(std::shared_ptr<Owner> owner, const T* data, std::initializer_list<std::size_t> shape,
+                std::initializer_list<std::int64_t> strides = {}) {
+  static const T no_values{};  // an array of no values still needs an address
+  auto* keep = new std::shared_ptr<Owner>(std::move(owner));
+  const nb::capsule capsule(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<Owner>*>(p); });
+  return nb::ndarray<nb::numpy, const T>(data != nullptr ? data : &no_values, shape, capsule, strides).cast();
+}
+
+/// A read-only numpy array that owns `values`.
+template <class T>
+nb::object owning(std::vector<T> values, std::initializer_list<std::size_t> shape) {
+  auto keep = std::make_shared<const std::vector<T>>(std::move(values));
+  const T* data = keep->data();
+  return view(std::move(keep), data, shape);
+}
+
+/// A read-only numpy bool array of `values` (std::vector<bool> has no contiguous storage to view).
+nb::object bools(const std::vector<bool>& values) {
+  std::shared_ptr<bool[]> keep(new bool[values.size() + 1]());
+  for (std::size_t i = 0; i < values.size(); ++i) keep[i] = values[i];
+  bool* data = keep.get();
+  return view(std::move(keep), static_cast<const bool*>(data), {values.size()});
+}
+
+/// An `[n × n]` column-major matrix over the fit's parameters (FitResult::covariance, hessian) as numpy's [i, j],
+/// or None where the fit has none (FitOptions::covariance off).
+nb::object matrix(const std::shared_ptr<const FitOutcome>& o, const std::vector<double>& m) {
+  const std::size_t n = o->result.x.size();
+  if (m.size() != n * n) return nb::none();
+  return view(o, m.data(), {n, n}, {std::int64_t{1}, static_cast<std::int64_t>(n)});
+}
+
+PyModel py_read_rabbit(const std::filesystem::path& path, bool allow_negative_yields, const std::optional<std::string>& systematic_type) {
+  io::RabbitReadOptions ro;
+  ro.allow_negative_yields = allow_negative_yields;
+  if (systematic_type)
+    ro.systematic_type = choose<SystematicType>("systematic_type", *systematic_type,
+                                                {{"log_normal", SystematicType::log_normal}, {"normal", SystematicType::normal}});
+  io::RabbitTensor t = [&] {
+    const nb::gil_scoped_release released;
+    const std::lock_guard lock(hdf5_mutex);
+    return io::read_rabbit(path.string(), ro);
+  }();
+  PyModel m;
+  m.path = std::move(t.path);
+  m.sha256 = std::move(t.sha256);
+  m.channels_skipped = std::move(t.channels_skipped);
+  m.meta_skipped = std::move(t.meta_skipped);
+  m.beta_variations = !t.beta_variations.empty();
+  m.model = std::make_shared<const Model>(std::move(t.model));
+  return m;
+}
+
+PyFitResult py_fit(const PyModel& m, bool bin_by_bin, const std::string& bin_by_bin_mode, const std::string& data_term, bool allow_negative_poi,
+                std::vector<std::string> frozen, bool covariance, index_t threads) {
+  if (threads < 1) throw usage_error("threads must be ≥ 1, got " + std::to_string(threads));
+  auto o = std::make_shared<FitOutcome>();
+  o->model = m.model;
+  FitSettings& s = o->settings;
+  // As fitlib-fit's options set them (command_line.cpp: likelihood_options, fit_options).
+  s.likelihood.data_term = choose<DataTerm>("data_term", data_term,
+                                            {{"poisson", DataTerm::poisson}, {"chisq", DataTerm::chisq}, {"covariance", DataTerm::covariance}});
+  s.likelihood.allow_negative_poi = allow_negative_poi;
+  s.likelihood.shards = threads;  // one shard per thread
+  s.likelihood.bin_by_bin.enabled = bin_by_bin;
+  s.likelihood.bin_by_bin.mode =
+      choose<BinByBinMode>("bin_by_bin_mode", bin_by_bin_mode, {{"lite", BinByBinMode::lite}, {"full", BinByBinMode::full}});
+  s.likelihood.validate();
+  s.fit.frozen = std::move(frozen);
+  s.fit.covariance = covariance;
+  s.threads = threads;
+  if (m.beta_variations && bin_by_bin && s.likelihood.bin_by_bin.mode == BinByBinMode::full)
+    throw usage_error("the tensor has hbetavariations, which fitlib does not apply yet; fit with bin_by_bin_mode='lite' or bin_by_bin=False");
+  {
+    const nb::gil_scoped_release released;
+    o->result = fit_model(o->model, s);
+  }
+  return PyFitResult{std::move(o)};
+}
+
+nb::dict py_histograms(const PyModel& m, const PyFitResult& r, bool covariance, bool process_variances, bool chi2) {
+  const FitOutcome& f = *r.outcome;
+  // The histograms rebuild the fit's likelihood over the fit's model; another model would give another likelihood.
+  if (f.model != m.model) throw usage_error("this FitResult is the fit of another Model; pass the Model it was fitted on");
+  HistogramOptions ho;
+  ho.covariance = covariance;
+  ho.variations = false;
+  ho.chi2 = chi2;
+  ho.process_variances = process_variances;
+  std::shared_ptr<const Histograms> h;
+  {
+    const nb::gil_scoped_release released;
+    h = std::make_shared<const Histograms>(histograms_of(f, ho));
+  }
+  const auto bins = static_cast<std::size_t>(h->nbins), procs = static_cast<std::size_t>(h->nprocs);
+  const auto values = [&](const std::vector<double>& v) { return view(h, v.data(), {v.size()}); };
+  const auto per_process = [&](const std::vector<double>& v) { return view(h, v.data(), {bins, procs}); };
+  const auto per_channel = [&](const std::vector<std::vector<double>>& blocks) {
+    nb::list l;
+    for (std::size_t c = 0; c < blocks.size(); ++c) {
+      const auto n = static_cast<std::size_t>(m.model->channels[c].nbins);
+      l.append(view(h, blocks[c].data(), {n, n}));
+    }
+    return l;
+  };
+  // As the results file's prefit_chi2/, postfit_chi2/ (docs/results-format.md): per channel, and the totals.
+  const auto chi2_of = [&](const std::vector<LinearChi2>& per, const LinearChi2& total, const std::string& note) {
+    std::vector<double> chi2s;
+    std::vector<std::int64_t> ndfs;
+    for (const LinearChi2& c : per) {
+      chi2s.push_back(c.chi2);
+      ndfs.push_back(c.ndf);
+    }
+    nb::dict d;
+    d["chi2"] = owning(std::move(chi2s), {per.size()});
+    d["ndf"] = owning(std::move(ndfs), {per.size()});
+    d["total_chi2"] = total.chi2;
+    d["total_ndf"] = total.ndf;
+    if (!note.empty()) d["note"] = note;
+    return d;
+  };
+  nb::dict d;
+  d["data"] = values(h->data);
+  d["data_variance"] = values(h->data_variance);
+  d["prefit"] = per_process(h->prefit);
+  d["prefit_total"] = values(h->prefit_total);
+  d["prefit_variance"] = values(h->prefit_variance);
+  d["postfit"] = per_process(h->postfit);
+  d["postfit_total"] = values(h->postfit_total);
+  d["postfit_variance"] = values(h->postfit_variance);
+  if (process_variances) {
+    d["prefit_process_variance"] = per_process(h->prefit_process_variance);
+    d["postfit_process_variance"] = per_process(h->postfit_process_variance);
+  }
+  if (covariance) {
+    d["prefit_covariance"] = per_channel(h->prefit_covariance);
+    d["postfit_covariance"] = per_channel(h->postfit_covariance);
+  }
+  if (chi2) {
+    d["prefit_chi2"] = chi2_of(h->prefit_chi2, h->prefit_chi2_total, {});
+    d["postfit_chi2"] = chi2_of(h->postfit_chi2, h->postfit_chi2_total, h->postfit_chi2_note);
+  }
+  return d;
+}
+
+/// fitlib's errors as Python exceptions: bad input is a ValueError (ModelError, UsageError) or, for files, an OSError
+/// (FileError), each also a fitlib.Error, so that callers catch them as Python's own or as fitlib's.
+void define_errors(nb::module_& m) {
+  const auto make = [&](const char* name, PyObject* bases, const char* doc) {
+    PyObject* cls = PyErr_NewExceptionWithDoc(("fitlib." + std::string(name)).c_str(), doc, bases, nullptr);
+    if (cls == nullptr) throw nb::python_error();
+    m.attr(name) = nb::steal(cls);
+    return cls;
+  };
+  errors.base = make("Error", PyExc_Exception, "Base of the exceptions fitlib raises for bad input.");
+  errors.model = make("ModelError", nb::make_tuple(nb::handle(errors.base), nb::handle(PyExc_ValueError)).ptr(),
+                      "A model (templates, data, systematics) that is inconsistent or numerically invalid.");
+  errors.usage = make("UsageError", nb::make_tuple(nb::handle(errors.base), nb::handle(PyExc_ValueError)).ptr(),
+                      "A call whose arguments do not fit what it is called on (an unknown name, a bad option value).");
+  errors.file = make("FileError", nb::make_tuple(nb::handle(errors.base), nb::handle(PyExc_OSError)).ptr(),
+                     "A file that cannot be read as expected: missing, not HDF5, not a rabbit tensor, or damaged.");
+  // Only fitlib's own types: nanobind's translators are shared with every other nanobind extension in the process.
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const io::file_error& e) {
+      PyErr_SetString(errors.file, e.what());
+    } catch (const model_error& e) {
+      PyErr_SetString(errors.model, e.what());
+    } catch (const usage_error& e) {
+      PyErr_SetString(errors.usage, e.what());
+    } catch (const fitlib::error& e) {
+      PyErr_SetString(errors.base, e.what());
+    }
+  });
+}
+
+void bind_model(nb::module_& m) {
+  nb::class_<Axis>(m, "Axis", "One axis of a channel's histogram, as hist describes it (rabbit's channel_info).")
+      .def_prop_ro("kind", [](const Axis& a) { return std::string(a.kind_name()); },
+                   "hist's class: 'Regular', 'Variable', 'Integer', 'Boolean', 'StrCategory' or 'IntCategory'")
+      .def_ro("name", &Axis::name)
+      .def_ro("label", &Axis::label, "as stored: empty when the writer gave none")
+      .def_ro("edges", &Axis::edges, "the size + 1 bin edges, ascending (Regular, Variable, Integer, Boolean); a transformed "
+                                     "Regular axis's in the variable itself")
+      .def_ro("categories", &Axis::categories, "one per bin (StrCategory; IntCategory in decimal)")
+      .def_ro("transform", &Axis::transform, "Regular: '' (none), 'log', 'sqrt' or 'pow(p)'")
+      .def_ro("underflow", &Axis::underflow)
+      .def_ro("overflow", &Axis::overflow)
+      .def_ro("circular", &Axis::circular)
+      .def_ro("growth", &Axis::growth)
+      .def_prop_ro("size", &Axis::size, "the bins inside the axis's range")
+      .def_prop_ro("extent", &Axis::extent, "the bins with the underflow and overflow bins")
+      .def("__repr__", [](const Axis& a) {
+        return "Axis(" + std::string(a.kind_name()) + " '" + a.name + "', " + std::to_string(a.size()) + " bins)";
+      });
+
+  nb::class_<Channel>(m, "Channel", "A channel: consecutive bins of the model, unmasked or masked, with its histogram's axes.")
+      .def_ro("name", &Channel::name)
+      .def_ro("nbins", &Channel::nbins)
+      .def_ro("masked", &Channel::masked, "masked channels are predicted but never enter the data term")
+      .def_ro("flow", &Channel::flow, "the bins include the axes' underflow and overflow bins")
+      .def_ro("axes", &Channel::axes, "the histogram's axes, the bins in row-major order; empty: bins 0 … nbins-1")
+      .def_prop_ro("shape", &Channel::shape, "the bins along each axis")
+      .def("__repr__", [](const Channel& c) {
+        return "Channel('" + c.name + "', " + std::to_string(c.nbins) + " bins" + (c.masked ? ", masked" : "") + ")";
+      });
+
+  nb::class_<PyModel>(m, "Model",
+                      "A binned model read by read_rabbit: channels, processes, systematics and observed data. Arrays are read-only views.")
+      .def_ro("path", &PyModel::path, "the file read")
+      .def_ro("sha256", &PyModel::sha256, "SHA-256 of the file's bytes")
+      .def_ro("channels_skipped", &PyModel::channels_skipped,
+              "why the channels are not the meta's channel_info (then 'ch0' and 'ch1_masked' with one Integer axis each); empty if they are")
+      .def_ro("meta_skipped", &PyModel::meta_skipped, "why an undecodable meta was skipped (systematic_type given); empty otherwise")
+      .def_prop_ro("nbins", [](const PyModel& p) { return p.model->nbins(); }, "bins that enter the data term (the unmasked channels')")
+      .def_prop_ro("nbins_full", [](const PyModel& p) { return p.model->nbins_full(); }, "all bins, masked channels included")
+      .def_prop_ro("nprocs", [](const PyModel& p) { return p.model->nprocs(); })
+      .def_prop_ro("nsyst", [](const PyModel& p) { return p.model->nsyst(); })
+      .def_prop_ro("npoi", [](const PyModel& p) { return p.model->npoi(); }, "one signal strength per signal process")
+      .def_prop_ro("nparams", [](const PyModel& p) { return p.model->nparams(); }, "npoi + nsyst")
+      .def_prop_ro("sparse", [](const PyModel& p) { return p.model->sparse() != nullptr; }, "whether the templates are stored sparsely")
+      .def_prop_ro("symmetric", [](const PyModel& p) { return p.model->symmetric; }, "symmetric (K only) or asymmetric (K and H) systematics")
+      .def_prop_ro("systematic_type",
+                   [](const PyModel& p) { return std::string(p.model->systematic_type == SystematicType::normal ? "normal" : "log_normal"); })
+      .def_prop_ro("parameter_names", [](const PyModel& p) { return p.model->parameter_names(); },
+                   "the POIs (the signal processes, in process order), then the systematics")
+      .def_prop_ro("process_names",
+                   [](const PyModel& p) {
+                     std::vector<std::string> names;
+                     for (const Process& q : p.model->processes) names.push_back(q.name);
+                     return names;
+                   })
+      .def_prop_ro("signal",
+                   [](const PyModel& p) {
+                     std::vector<bool> signal;
+                     for (const Process& q : p.model->processes) signal.push_back(q.signal);
+                     return bools(signal);
+                   },
+                   "per process, whether a POI scales it")
+      .def_prop_ro("systematic_names",
+                   [](const PyModel& p) {
+                     std::vector<std::string> names;
+                     for (const Systematic& s : p.model->systematics) names.push_back(s.name);
+                     return names;
+                   })
+      .def_prop_ro("channels", [](const PyModel& p) { return p.model->channels; }, "the channels in bin order, unmasked ones first")
+      .def_prop_ro("data", [](const PyModel& p) { return view(p.model, p.model->data.data(), {p.model->data.size()}); },
+                   "observed counts of the unmasked bins, [nbins]")
+      .def_prop_ro("data_variance",
+                   [](const PyModel& p) {
+                     const std::vector<double>& v = p.model->data_variance.empty() ? p.model->data : p.model->data_variance;
+                     return view(p.model, v.data(), {v.size()});
+                   },
+                   "variances of the observed counts, [nbins] (the counts where the tensor has none)")
+      .def_prop_ro("nominal",
+                   [](const PyModel& p) {
+                     const auto bins = static_cast<std::size_t>(p.model->nbins_full()), procs = static_cast<std::size_t>(p.model->nprocs());
+                     return owning(p.model->nominal_yields(), {bins, procs});
+                   },
+                   "nominal yields, [nbins_full, nprocs] (a copy)")
+      .def("__repr__", [](const PyModel& p) {
+        const Model& mo = *p.model;
+        return "Model('" + p.path + "': " + std::to_string(mo.nbins()) + " bins + " + std::to_string(mo.nbins_full() - mo.nbins()) + " masked, " +
+               std::to_string(mo.nprocs()) + " processes, " + std::to_string(mo.nsyst()) + " systematics, " +
+               (mo.sparse() ? "sparse" : "dense") + ")";
+      });
+}
+
+void bind_fit(nb::module_& m) {
+  const auto vec = [](const PyFitResult& r, const std::vector<double>& v) { return view(r.outcome, v.data(), {v.size()}); };
+  nb::class_<PyFitResult>(m, "FitResult", "A fit: parameters, uncertainties, covariance and statuses. Arrays are read-only views.")
+      .def_prop_ro("names", [](const PyFitResult& r) { return r.outcome->result.names; }, "parameter names, [n]: the POIs, then the systematics")
+      .def_prop_ro("x", [vec](const PyFitResult& r) { return vec(r, r.outcome->result.x); },
+                   "parameters at the minimum, [n]; a POI is √μ unless allow_negative_poi (then μ)")
+      .def_prop_ro("x0", [vec](const PyFitResult& r) { return vec(r, r.outcome->result.x0); }, "the starting point, [n]")
+      .def_prop_ro("uncertainties", [vec](const PyFitResult& r) { return vec(r, r.outcome->result.uncertainties); },
+                   "√diag(covariance), [n]; 0 for frozen parameters, NaN if unavailable")
+      .def_prop_ro("gradient", [vec](const PyFitResult& r) { return vec(r, r.outcome->result.gradient); }, "at the minimum, [n]")
+      .def_prop_ro("covariance", [](const PyFitResult& r) { return matrix(r.outcome, r.outcome->result.covariance); },
+                   "[n, n], zero rows and columns for frozen parameters; None without covariance")
+      .def_prop_ro("hessian", [](const PyFitResult& r) { return matrix(r.outcome, r.outcome->result.hessian); },
+                   "[n, n] at the minimum; None without covariance")
+      .def_prop_ro("frozen", [](const PyFitResult& r) { return bools(r.outcome->result.frozen); }, "[n]")
+      .def_prop_ro("nll", [](const PyFitResult& r) { return r.outcome->result.nll; }, "the reduced NLL at the minimum")
+      .def_prop_ro("edm", [](const PyFitResult& r) { return r.outcome->result.edm; })
+      .def_prop_ro("status", [](const PyFitResult& r) { return std::string(fitlib::to_string(r.outcome->result.status)); },
+                   "how the minimisation ended, as the results files name it")
+      .def_prop_ro("status_text", [](const PyFitResult& r) { return r.outcome->result.status_text(); },
+                   "the status with the number that decided it")
+      .def_prop_ro("converged", [](const PyFitResult& r) { return r.outcome->result.converged(); })
+      .def_prop_ro("covariance_status", [](const PyFitResult& r) { return std::string(fitlib::to_string(r.outcome->result.covariance_status)); })
+      .def_prop_ro("iterations", [](const PyFitResult& r) { return r.outcome->result.iterations; })
+      .def_prop_ro("seconds", [](const PyFitResult& r) { return r.outcome->result.seconds; })
+      .def_prop_ro("evaluations",
+                   [](const PyFitResult& r) {
+                     const EvaluationCounts& c = r.outcome->result.counts;
+                     nb::dict d;
+                     d["values"] = c.values;
+                     d["gradients"] = c.gradients;
+                     d["hvps"] = c.hvps;
+                     d["hessians"] = c.hessians;
+                     return d;
+                   })
+      .def("report", [](const PyFitResult& r) { return r.outcome->result.report(); }, "a table of the parameters and the fit's summary")
+      .def("__repr__", [](const PyFitResult& r) {
+        return "FitResult(" + r.outcome->result.status_text() + ", nll=" + std::to_string(r.outcome->result.nll) + ")";
+      });
+
+  m.def("read_rabbit", &py_read_rabbit, "path"_a, nb::kw_only(), "allow_negative_yields"_a = false, "systematic_type"_a = nb::none(),
+        "Reads a rabbit input tensor (HDF5, dense or sparse) into a Model.\n\n"
+        "allow_negative_yields: accept negative nominal yields (rabbit's allow_negative_expectation).\n"
+        "systematic_type: 'log_normal' or 'normal'; None: as the tensor's meta says.\n"
+        "Raises FileError (an OSError) for a file that is missing or not a valid tensor.");
+  m.def("fit", &py_fit, "model"_a, nb::kw_only(), "bin_by_bin"_a = true, "bin_by_bin_mode"_a = "lite", "data_term"_a = "poisson",
+        "allow_negative_poi"_a = false, "frozen"_a = std::vector<std::string>(), "covariance"_a = true, "threads"_a = 1,
+        "Fits the model's observed data; the defaults are fitlib-fit's, so that fit(model) is `fitlib-fit TENSOR -t 0 --unblind`.\n\n"
+        "bin_by_bin: Barlow-Beeston bin-by-bin statistics (--noBinByBinStat turns them off); bin_by_bin_mode: 'lite' or 'full'.\n"
+        "data_term: 'poisson', 'chisq' (--chisqFit) or 'covariance' (--covarianceFit).\n"
+        "allow_negative_poi: POIs act linearly, mu = x (--allowNegativePOI).\n"
+        "frozen: parameters held at their start, names or regular expressions (--freezeParameters).\n"
+        "covariance: compute the covariance at the minimum (histograms need it).\n"
+        "threads: the bins split into as many shards, evaluated concurrently (--threads).\n"
+        "Non-convergence is a status (FitResult.converged), never an exception. The GIL is released while it runs.");
+  m.def("histograms", &py_histograms, "model"_a, "result"_a, nb::kw_only(), "covariance"_a = false, "process_variances"_a = false,
+        "chi2"_a = true,
+        "The prefit and postfit histograms of a fit, as fitlib-fit --saveHists: a dict of numpy arrays over every bin (masked "
+        "channels included, in the model's bin order): 'prefit' and 'postfit' [nbins_full, nprocs], '*_total' and '*_variance' "
+        "[nbins_full], 'data' and 'data_variance' [nbins]; with process_variances '*_process_variance' [nbins_full, nprocs] "
+        "(--computeHistErrorsPerProcess); with covariance '*_covariance', one [bins, bins] array per channel (--computeHistCov); "
+        "with chi2 '*_chi2', dicts of the per-channel 'chi2' and 'ndf' and the 'total_chi2' and 'total_ndf'.");
+}
+
+}  // namespace
+
+}  // namespace fitlib::python
+
+NB_MODULE(_core, m) {
+  m.doc() = "fitlib's C++ core: rabbit tensors, fits and histograms (use the fitlib package)";
+  m.attr("__version__") = FITLIB_VERSION_STRING;
+  fitlib::python::define_errors(m);
+  fitlib::python::bind_model(m);
+  fitlib::python::bind_fit(m);
+}

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: MIT
+// fitlib._core's fits and histograms on the fixed set of likelihoods (dense or sparse templates, one thread or several),
+// chosen at run time. Instantiated once per template storage (runs_dense.cpp, runs_sparse.cpp), so that they compile
+// in parallel and the binding source compiles none of them.
+#pragma once
+
+#include <memory>
+
+#include "fitlib/fit.hpp"
+
+namespace fitlib::python {
+
+/// What a Python fit's keywords set. The defaults are fitlib-fit's (apps/fitlib-fit/command_line.cpp), so that
+/// `fit(model)` is the fit `fitlib-fit TENSOR -t 0 --unblind` runs, bit for bit.
+struct FitSettings {
+  LikelihoodOptions likelihood = {};
+  /// fitlib-fit's minimizer: trust-krylov (Gltr) without SciPy's gradient test, converged on the EDM.
+  TrustRegionOptions minimizer = [] {
+    TrustRegionOptions o;
+    o.gtol = 0;
+    o.edm_tol = 1e-12;
+    return o;
+  }();
+  FitOptions fit = {};
+  /// 1: cpu::Serial; k > 1: cpu::Threads, the bins in k shards (fitlib-fit --threads k).
+  index_t threads = 1;
+};
+
+/// A fit with what it was fitted on and with, from which its histograms rebuild its likelihood.
+struct FitOutcome {
+  std::shared_ptr<const Model> model;
+  FitSettings settings;
+  FitResult result;
+};
+
+/// Calls f with the likelihood `s` asks for over `model`'s `Storage` templates, holding the model's observed data.
+template <class Storage, class F>
+decltype(auto) with_likelihood(const std::shared_ptr<const Model>& model, const FitSettings& s, F&& f) {
+  // The likelihoods fitlib-fit builds (runs.hpp there), with the model's templates read in place rather than by each
+  // shard from the file: the same shards (io::rabbit_partition splits as partition_bins does) and the same values.
+  if (s.threads == 1) {
+    Likelihood<Shard<cpu::Serial, Storage>> lik(model, cpu::Serial{}, s.likelihood);
+    lik.set_data(model->data, model->data_variance);
+    return f(lik);
+  }
+  Likelihood<Shard<cpu::Threads, Storage>> lik(model, cpu::Threads{s.threads}, s.likelihood);
+  lik.set_data(model->data, model->data_variance);
+  return f(lik);
+}
+
+/// The fit of the model's observed data.
+template <class Storage>
+FitResult run_fit(const std::shared_ptr<const Model>& model, const FitSettings& s) {
+  return with_likelihood<Storage>(model, s, [&](auto& lik) { return fitlib::fit(lik, TrustRegion<Gltr>(s.minimizer), s.fit); });
+}
+
+/// The prefit and postfit histograms of a fit, on a likelihood built as the fit's was.
+template <class Storage>
+Histograms run_histograms(const FitOutcome& f, const HistogramOptions& ho) {
+  return with_likelihood<Storage>(f.model, f.settings, [&](auto& lik) { return fitlib::histograms(lik, f.result, ho); });
+}
+
+extern template FitResult run_fit<storage::Dense>(const std::shared_ptr<const Model>&, const FitSettings&);
+extern template FitResult run_fit<storage::Sparse>(const std::shared_ptr<const Model>&, const FitSettings&);
+extern template Histograms run_histograms<storage::Dense>(const FitOutcome&, const HistogramOptions&);
+extern template Histograms run_histograms<storage::Sparse>(const FitOutcome&, const HistogramOptions&);
+
+/// run_fit on the storage the model's templates have.
+inline FitResult fit_model(const std::shared_ptr<const Model>& model, const FitSettings& s) {
+  return storage::visit(*model, [&]<class S>(S) { return run_fit<S>(model, s); });
+}
+
+/// run_histograms on the storage the model's templates have.
+inline Histograms histograms_of(const FitOutcome& f, const HistogramOptions& ho) {
+  return storage::visit(*f.model, [&]<class S>(S) { return run_histograms<S>(f, ho); });
+}
+
+}  // namespace fitlib::python

@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: MIT
+// fitlib._core's fits and histograms over sparse templates (runs.hpp), compiled on their own.
+#include "runs.hpp"
+
+namespace fitlib::python {
+
+template FitResult run_fit<storage::Sparse>(const std::shared_ptr<const Model>&, const FitSettings&);
+template Histograms run_histograms<storage::Sparse>(const FitOutcome&, const HistogramOptions&);
+
+}  // namespace fitlib::python

@@ -1,0 +1,237 @@
+# SPDX-License-Identifier: MIT
+"""fitlib's Python package against fitlib-fit: the same fits and histograms to the last bit, its errors as Python
+exceptions, and the channels as hist histograms.
+
+The comparisons with fitlib-fit run it on the same tensor; give its path in FITLIB_FIT (scripts/python-venv.sh sets
+it to the build's), else they are skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import fitlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "data" / "demo_analysis.hdf5"
+SPARSE = ROOT / "tests" / "data" / "rabbit" / "test_tensor_sparse.hdf5"
+AXES = ROOT / "tests" / "data" / "rabbit" / "test_tensor_axes.hdf5"
+
+
+def run_fitlib_fit(tmp_path_factory, tensor: pathlib.Path, *options: str) -> dict:
+    """fitlib-fit's JSON summary of `-t 0 --unblind` on `tensor` with `options`: its one fit, "data"."""
+    exe = os.environ.get("FITLIB_FIT")
+    if not exe:
+        pytest.skip("FITLIB_FIT (the path of fitlib-fit) is not set: no comparison with fitlib-fit")
+    out = tmp_path_factory.mktemp("fitlib_fit") / "results.hdf5"
+    run = subprocess.run([exe, str(tensor), "-t", "0", "--unblind", "-q", "--json", "-o", str(out), *options], capture_output=True, text=True)
+    assert run.returncode == 0, f"fitlib-fit exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
+    (fit,) = json.loads(out.with_suffix(".json").read_text())["fits"]
+    assert fit["name"] == "data"
+    return fit
+
+
+def numbers(values) -> np.ndarray:
+    """A JSON list of numbers (null for what is not finite) as doubles."""
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
+def assert_same_bits(actual, expected) -> None:
+    """Equal to the last bit, -0.0 and 0.0 told apart; NaN where the other is NaN (JSON writes every NaN as null)."""
+    actual, expected = np.asarray(actual, dtype=float), np.asarray(expected, dtype=float)
+    assert actual.shape == expected.shape
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(np.isnan(actual), nan)
+    differ = actual[~nan].view(np.uint64) != expected[~nan].view(np.uint64)
+    first = np.flatnonzero(differ)[:5]
+    assert not differ.any(), f"{differ.sum()} of {differ.size} differ, first {first}: {actual[~nan][first]} vs {expected[~nan][first]}"
+
+
+def assert_same_fit(result: fitlib.FitResult, reference: dict) -> None:
+    parameters = reference["parameters"]
+    assert result.names == [p["name"] for p in parameters]
+    assert result.status == reference["status"]
+    assert result.converged and reference["converged"]
+    assert result.covariance_status == reference["covariance_status"]
+    assert result.iterations == reference["iterations"]
+    assert result.evaluations == reference["evaluations"]
+    assert_same_bits(result.nll, reference["nll_reduced"])
+    assert_same_bits(result.edm, numbers([reference["edm"]])[0])
+    assert_same_bits(result.x0, numbers(p["prefit"] for p in parameters))
+    assert_same_bits(result.x, numbers(p["postfit"] for p in parameters))
+    assert_same_bits(result.uncertainties, numbers(p["uncertainty"] for p in parameters))
+    assert_same_bits(result.covariance, np.array([numbers(row) for row in reference["covariance"]]))
+
+
+@pytest.fixture(scope="module")
+def demo() -> fitlib.Model:
+    return fitlib.read_rabbit(DEMO)
+
+
+@pytest.fixture(scope="module")
+def demo_fit(demo) -> fitlib.FitResult:
+    return fitlib.fit(demo)
+
+
+@pytest.fixture(scope="module")
+def demo_hists(demo, demo_fit) -> dict:
+    return fitlib.histograms(demo, demo_fit, process_variances=True)
+
+
+def test_version_is_the_headers():
+    assert fitlib.__version__ == importlib.metadata.version("fitlib")
+
+
+def test_model(demo):
+    assert (demo.nbins, demo.nbins_full, demo.nprocs, demo.nsyst, demo.npoi) == (300, 324, 4, 7, 1)
+    assert not demo.sparse
+    assert demo.parameter_names[: demo.npoi] == [p for p, s in zip(demo.process_names, demo.signal) if s]
+    assert demo.parameter_names[demo.npoi :] == demo.systematic_names
+    assert [(c.name, c.nbins, c.masked) for c in demo.channels] == [("ch0", 300, False), ("ch1_masked", 24, True)]
+    assert demo.channels_skipped  # the demo tensor has no meta: rabbit's default channels
+    assert demo.data.shape == demo.data_variance.shape == (300,)
+    assert demo.nominal.shape == (324, 4)
+    assert not demo.data.flags.writeable
+
+
+def test_fit_is_fitlib_fits(demo_fit, tmp_path_factory):
+    assert_same_fit(demo_fit, run_fitlib_fit(tmp_path_factory, DEMO))
+
+
+def test_threads_are_fitlib_fits(demo, demo_fit, tmp_path_factory):
+    result = fitlib.fit(demo, threads=3)
+    # Three shards add the bins in another order than one: the same minimum, not the same bits.
+    assert (np.abs(result.x - demo_fit.x) <= 1e-3 * demo_fit.uncertainties).all()
+    assert_same_fit(result, run_fitlib_fit(tmp_path_factory, DEMO, "--threads", "3"))
+
+
+def test_sparse_is_fitlib_fits(tmp_path_factory):
+    model = fitlib.read_rabbit(SPARSE)
+    assert model.sparse
+    assert_same_fit(fitlib.fit(model), run_fitlib_fit(tmp_path_factory, SPARSE))
+
+
+def test_result(demo_fit):
+    n = len(demo_fit.names)
+    assert demo_fit.converged and demo_fit.covariance_status == "accurate"
+    assert demo_fit.covariance.shape == demo_fit.hessian.shape == (n, n)
+    np.testing.assert_array_equal(np.sqrt(np.diag(demo_fit.covariance)), demo_fit.uncertainties)
+    assert not demo_fit.frozen.any() and demo_fit.frozen.dtype == bool
+    assert demo_fit.status_text.startswith("converged")
+    assert "signal" in demo_fit.report()
+
+
+def test_frozen(demo):
+    result = fitlib.fit(demo, frozen=["lumi"])
+    i = result.names.index("lumi")
+    assert result.frozen[i] and result.x[i] == result.x0[i] and result.uncertainties[i] == 0
+
+
+def test_histograms_are_fitlib_fits(demo_hists, tmp_path_factory):
+    reference = run_fitlib_fit(tmp_path_factory, DEMO, "--saveHists")["histograms"]
+    for key in ["data", "data_variance", "prefit_total", "prefit_variance", "postfit_total", "postfit_variance"]:
+        assert_same_bits(demo_hists[key], numbers(reference[key]))
+    for when in ["prefit", "postfit"]:
+        chi2, want = demo_hists[f"{when}_chi2"], reference[f"{when}_chi2"]
+        assert_same_bits(chi2["total_chi2"], numbers([want["total"]["chi2"]])[0])
+        assert chi2["total_ndf"] == want["total"]["ndf"]
+        assert_same_bits(chi2["chi2"], numbers(c["chi2"] for c in want["channels"]))
+        np.testing.assert_array_equal(chi2["ndf"], [c["ndf"] for c in want["channels"]])
+
+
+def test_histograms(demo, demo_hists):
+    nb, nbf, np_ = demo.nbins, demo.nbins_full, demo.nprocs
+    for when in ["prefit", "postfit"]:
+        assert demo_hists[when].shape == demo_hists[f"{when}_process_variance"].shape == (nbf, np_)
+        assert demo_hists[f"{when}_total"].shape == demo_hists[f"{when}_variance"].shape == (nbf,)
+        # The totals are the sums over processes, added in process order as fitlib adds them.
+        total = np.zeros(nbf)
+        for p in range(np_):
+            total += demo_hists[when][:, p]
+        assert_same_bits(demo_hists[f"{when}_total"], total)
+        assert (demo_hists[f"{when}_process_variance"] >= 0).all()
+        assert demo_hists[f"{when}_chi2"]["chi2"].shape == (len(demo.channels),)
+    assert demo_hists["data"].shape == demo_hists["data_variance"].shape == (nb,)
+    assert_same_bits(demo_hists["data"], demo.data)
+
+
+def test_histograms_need_the_fits_model(demo, demo_fit):
+    with pytest.raises(fitlib.UsageError, match="another Model"):
+        fitlib.histograms(fitlib.read_rabbit(DEMO), demo_fit)
+    with pytest.raises(fitlib.UsageError, match="covariance"):
+        fitlib.histograms(demo, fitlib.fit(demo, covariance=False))
+
+
+def test_missing_file_is_a_file_error():
+    path = "no_such_tensor.hdf5"
+    with pytest.raises(fitlib.FileError, match=path) as raised:
+        fitlib.read_rabbit(path)
+    assert isinstance(raised.value, OSError) and isinstance(raised.value, fitlib.Error)
+
+
+def test_errors_are_python_errors():
+    assert issubclass(fitlib.ModelError, ValueError) and issubclass(fitlib.UsageError, ValueError)
+    assert issubclass(fitlib.FileError, OSError)
+    assert all(issubclass(e, fitlib.Error) for e in [fitlib.ModelError, fitlib.UsageError, fitlib.FileError])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"frozen": ["no_such_nuisance"]}, "'no_such_nuisance' matches no parameter"),
+        ({"threads": 0}, "threads must be ≥ 1"),
+        ({"threads": 1000}, "shards"),
+        ({"data_term": "poisson2"}, "data_term='poisson2' is not one of"),
+    ],
+)
+def test_bad_options_are_usage_errors(demo, options, message):
+    with pytest.raises(fitlib.UsageError, match=message):
+        fitlib.fit(demo, **options)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# hist
+
+
+def test_channel_axes_are_hists():
+    """Every axis kind of the axes tensor (written by rabbit's TensorWriter) against what hist itself said of it."""
+    fhist = pytest.importorskip("fitlib.hist")
+    model = fitlib.read_rabbit(AXES)
+    assert not model.channels_skipped, model.channels_skipped
+    want = json.loads(AXES.with_suffix(".json").read_text())["channels"]
+    assert [c.name for c in model.channels] == [c["name"] for c in want]
+    for c, w in zip(model.channels, want):
+        for a, wa in zip(fhist.axes(c), w["axes"]):
+            assert (type(a).__name__, a.name, a.size, a.extent) == (wa["class"], wa["name"], wa["size"], wa["extent"])
+            assert (a.traits.underflow, a.traits.overflow, a.traits.circular, a.traits.growth) == (
+                wa["underflow"], wa["overflow"], wa["circular"], wa["growth"])
+            if "edges" in wa:
+                # boost-histogram 1.8.1 misreports a circular Variable axis's edges past its first bin (it bins by the
+                # edges given): compare the edges the axis holds, as make_axes_tensor.py records them
+                edges = a._ax.__getstate__()[1] if type(a).__name__ == "Variable" and a.traits.circular else a.edges
+                np.testing.assert_allclose(edges, wa["edges"], rtol=1e-12)
+            if "categories" in wa:
+                assert [str(x) for x in a] == wa["categories"]
+        if not c.masked:  # the data in the channel's bins, in row-major order over its axes
+            h = fhist.channel_hist(model, c.name, model.data)
+            np.testing.assert_array_equal(h.values(flow=c.flow).ravel(), model.data[w["start"] : w["start"] + c.nbins])
+
+
+def test_channel_hists(demo, demo_hists):
+    fhist = pytest.importorskip("fitlib.hist")
+    out = fhist.channel_hists(demo, demo_hists, "ch0")
+    assert set(out) == {"prefit", "postfit", "prefit_processes", "postfit_processes", "data"}
+    np.testing.assert_array_equal(out["postfit"].values(), demo_hists["postfit_total"][:300])
+    np.testing.assert_array_equal(out["postfit"].variances(), demo_hists["postfit_variance"][:300])
+    np.testing.assert_array_equal(out["postfit_processes"].values(), demo_hists["postfit"][:300])
+    assert [str(p) for p in out["postfit_processes"].axes["process"]] == demo.process_names
+    masked = fhist.channel_hists(demo, demo_hists, "ch1_masked")
+    assert "data" not in masked
+    np.testing.assert_array_equal(masked["prefit"].values(), demo_hists["prefit_total"][300:])
