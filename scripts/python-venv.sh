@@ -21,8 +21,12 @@ requirements=(
   scikit-build-core==1.1.2
   numpy==2.4.6
   pytest==9.2.0
-  hist==2.12.1
   h5py==3.16.0
+  hist==2.12.1 boost-histogram==1.8.1 histoprint==2.7.1 click==8.5.1
+  wums[pickling]==0.2.0 hdf5plugin==7.1.0 lz4==4.4.5  # fitlib.rabbit (rabbit's fitresults layout)
+  # fitlib.plot
+  matplotlib==3.11.2 contourpy==1.3.3 cycler==0.12.1 fonttools==4.68.0 kiwisolver==1.5.1 pillow==13.0.0 pyparsing==3.3.3
+  python-dateutil==4.0.0 tzdata==2026.6 packaging==26.4 mplhep==1.3.3 mplhep-data==0.1.0 uhi==1.2.1
 )
 
 ./scripts/install-deps.sh  # python3-venv and python3-dev among them

@@ -3,11 +3,17 @@
 // their checks, and the library options they set.
 #include "command_line.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -65,6 +71,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
                  "gets --outname")->capture_default_str();
   app.add_option("--outname", a.outname, "with -o a directory, the results file's name in it (rabbit's --outname; default fitresults.hdf5)");
   app.add_flag("--json", a.json, "also write a JSON summary next to the results file (same name, .json)");
+  app.add_option("--rabbitOutput", a.rabbit_output,
+                 "also write the results in rabbit's fitresults layout to this file, for rabbit's scripts (by the fitlib Python "
+                 "package: python3 -m fitlib.rabbit, or $FITLIB_PYTHON; pip install './python[rabbit]')");
   app.add_flag("-q,--quiet", a.quiet, "no per-iteration progress on stderr");
   app.add_option("-t,--toys", a.toys, "fits to run: -1 Asimov, 0 observed data, N toys 1..N (several allowed)")->capture_default_str();
   app.add_option("--seed", a.seed_text, "random seed of the toys, 0 … 2⁶⁴−1; toy i draws from (seed, i) only")->capture_default_str();
@@ -154,6 +163,39 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
   return std::nullopt;
 }
 
+namespace {
+/// Runs a program (argv[0] searched on the PATH) and waits for it; `quiet`: its stdout and stderr to /dev/null. Its exit
+/// status; -1 when it could not start or ended by a signal.
+int run_program(const std::vector<std::string>& args, bool quiet) {
+  std::vector<char*> argv;
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (quiet) {
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  }
+  pid_t pid = 0;
+  const int err = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (err != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+std::string rabbit_python() {
+  const char* p = std::getenv("FITLIB_PYTHON");
+  return p != nullptr && *p != '\0' ? p : "python3";
+}
+
+int write_rabbit_output(const Args& a) {
+  return run_program({rabbit_python(), "-m", "fitlib.rabbit", a.output, a.rabbit_output, "--tensor", a.input}, false);
+}
+
 void check_arguments(Args& a) {
   if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan || !a.scan2d.empty() || a.save_hists))
     throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts, --scan, --scan2D or --saveHists; drop one of them");
@@ -190,6 +232,16 @@ void check_arguments(Args& a) {
   // The outputs are checked before anything is computed, so that no run's work is lost to a bad path.
   if (a.rank == 0) {
     io::check_output_path(a.output, "-o/--output", {a.input});
+    if (!a.rabbit_output.empty()) {
+      io::check_output_path(a.rabbit_output, "rabbit's fitresults file (--rabbitOutput)", {a.input});
+      if (std::filesystem::path(a.rabbit_output).lexically_normal() == std::filesystem::path(a.output).lexically_normal())
+        throw usage_error("--rabbitOutput '" + a.rabbit_output + "' is the results file (-o); give rabbit's layout a file of its own");
+      // Checked before any fit, so that a missing package loses no fit's work.
+      if (a.rank == 0 && run_program({rabbit_python(), "-c", "import fitlib.rabbit as r; r._ioutils()"}, true) != 0)
+        throw usage_error("--rabbitOutput writes rabbit's layout with the fitlib Python package and wums, which '" + rabbit_python() +
+                          "' cannot import; install them there (pip install './python[rabbit]' from fitlib's repository), or name a "
+                          "Python that has them in FITLIB_PYTHON");
+    }
     if (a.json) {
       if (json_path(a) == a.output)
         throw usage_error("-o/--output '" + a.output + "' ends in .json, so with --json the JSON summary would replace the HDF5 results; "

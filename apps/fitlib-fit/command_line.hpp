@@ -19,6 +19,7 @@ struct Args {
   std::string input, output = "fitresults.hdf5";
   std::string outname;  ///< --outname: with -o a directory (rabbit's -o DIR --outname NAME), the file in it
   std::string plugin_path;  ///< --hdf5PluginPath
+  std::string rabbit_output;  ///< --rabbitOutput: rabbit's fitresults layout too, written by `python -m fitlib.rabbit`
   bool json = false, quiet = false;
   std::vector<int> toys = {-1};
   std::string seed_text = "123456789";  ///< as given; `seed` once checked
@@ -79,6 +80,11 @@ std::string json_path(const Args& a);
 
 /// Applies --expectSignal and --setConstraintMinimum to the model, naming unknown parameters.
 void adjust_model(Model& m, const Args& a);
+/// The Python that writes rabbit's layout (--rabbitOutput): $FITLIB_PYTHON, else python3 on the PATH.
+std::string rabbit_python();
+/// `python -m fitlib.rabbit RESULTS OUTPUT --tensor INPUT`: rabbit's layout of the written results (--rabbitOutput).
+/// Its exit status; -1 when it could not start or ended by a signal.
+int write_rabbit_output(const Args& a);
 /// Sets HDF5's plugin search path (command_line.cpp); `report`: warn on stderr about entries that are not directories.
 void find_filter_plugins(const std::string& option, index_t ranks, bool report);
 /// A library message with the library's option fields replaced by the flags that set them here, so that a

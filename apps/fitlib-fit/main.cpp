@@ -128,6 +128,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fitlib-fit: warning: %s (the results are in place; the exit status counts them written)\n", write_warning.c_str());
     }
     std::printf("\nwrote %s%s in %.3f s; total %.3f s\n", a.output.c_str(), a.json ? (" and " + json_path(a)).c_str() : "", write_seconds, total);
+    if (!a.rabbit_output.empty()) {
+      std::fflush(stdout);
+      if (const int rc = write_rabbit_output(a); rc != 0) {
+        std::fprintf(stderr, "fitlib-fit: error: rabbit's layout (--rabbitOutput '%s') was not written (%s -m fitlib.rabbit exited with %d); "
+                     "the results are in %s\n", a.rabbit_output.c_str(), rabbit_python().c_str(), rc, a.output.c_str());
+        return 4;
+      }
+      std::printf("wrote %s (rabbit's layout)\n", a.rabbit_output.c_str());
+    }
     return all_converged ? 0 : 3;
   } catch (const fitlib::error& e) {
     return fail(a, e.what());

@@ -5,10 +5,13 @@
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <initializer_list>
@@ -16,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -125,8 +129,147 @@ PyModel py_read_rabbit(const std::filesystem::path& path, bool allow_negative_yi
   return m;
 }
 
+/// A C-contiguous double array from Python (converted when it is not one), as nanobind passes it.
+using Array = nb::ndarray<const double, nb::c_contig, nb::device::cpu>;
+
+/// The values of `a`, checked to have the shape `shape` (-1: any extent), naming `what` otherwise.
+std::vector<double> values_of(const Array& a, const char* what, std::initializer_list<std::int64_t> shape) {
+  bool ok = a.ndim() == shape.size();
+  std::string want, got;
+  std::size_t k = 0;
+  for (std::int64_t e : shape) {
+    want += (k ? ", " : "") + (e < 0 ? std::string("any") : std::to_string(e));
+    if (ok && e >= 0 && static_cast<std::int64_t>(a.shape(k)) != e) ok = false;
+    ++k;
+  }
+  for (std::size_t i = 0; i < a.ndim(); ++i) got += (i ? ", " : "") + std::to_string(a.shape(i));
+  if (!ok) throw model_error(std::string(what) + " has shape [" + got + "]; expected [" + want + "]");
+  return {a.data(), a.data() + a.size()};
+}
+
+/// The index of `name` among `names`, naming `what` it should be otherwise.
+index_t index_of(const std::vector<std::string>& names, const std::string& name, const char* what) {
+  const auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) throw model_error("'" + name + "' is not " + what);
+  return static_cast<index_t>(it - names.begin());
+}
+
+/// Model.from_arrays: a dense model in rabbit's layout (its TensorWriter's hnorm, hlogk, hsumw2, …).
+PyModel py_from_arrays(const Array& nominal, const Array& logk, const Array& data, const std::vector<std::string>& processes,
+                       const std::vector<std::string>& signal, const std::vector<std::string>& systematics,
+                       std::optional<std::vector<std::tuple<std::string, index_t, bool>>> channels, std::optional<Array> sumw2,
+                       std::optional<Array> data_variance, std::optional<Array> constraint_weights,
+                       const nb::dict& groups, const std::vector<std::string>& nois,
+                       const std::string& systematic_type, bool allow_negative_yields) {
+  if (nominal.ndim() != 2) throw model_error("nominal must be [bins, processes] (every bin, masked channels last)");
+  const auto bf = static_cast<std::int64_t>(nominal.shape(0)), np = static_cast<std::int64_t>(processes.size()),
+             ns = static_cast<std::int64_t>(systematics.size());
+  Model mo;
+  if (channels) {
+    for (const auto& [name, nbins, masked] : *channels) mo.channels.push_back(Channel{.name = name, .nbins = nbins, .masked = masked});
+  } else {  // rabbit's channels of a tensor without meta: the data's bins, then the rest masked
+    const auto nb = static_cast<index_t>(data.ndim() == 1 ? data.shape(0) : 0);
+    mo.channels.push_back(Channel{.name = "ch0", .nbins = nb});
+    if (bf > nb) mo.channels.push_back(Channel{.name = "ch1_masked", .nbins = static_cast<index_t>(bf) - nb, .masked = true});
+  }
+  if (mo.nbins_full() != bf)
+    throw model_error("the channels cover " + std::to_string(mo.nbins_full()) + " bins, but nominal has " + std::to_string(bf) +
+                      " rows: one per bin of every channel, masked ones included");
+  for (const std::string& p : processes)
+    mo.processes.push_back(Process{.name = p, .signal = std::find(signal.begin(), signal.end(), p) != signal.end()});
+  for (const std::string& p : signal) index_of(processes, p, "a process (signal names processes)");
+  for (const std::string& sy : systematics) mo.systematics.push_back(Systematic{.name = sy});
+  mo.symmetric = logk.ndim() == 3;
+  DenseTemplates t;
+  t.nominal = values_of(nominal, "nominal", {bf, np});
+  t.logk = mo.symmetric ? values_of(logk, "logk", {bf, np, ns}) : values_of(logk, "logk (asymmetric: [bins, processes, 2, systematics])", {bf, np, 2, ns});
+  mo.templates = std::move(t);
+  const std::int64_t nb = mo.nbins();
+  mo.data = values_of(data, "data", {nb});
+  if (sumw2) mo.sumw2 = values_of(*sumw2, "sumw2", {bf, np});
+  if (data_variance) mo.data_variance = values_of(*data_variance, "data_variance", {nb});
+  mo.theta0.assign(static_cast<std::size_t>(ns), 0.0);
+  mo.constraint_weights = constraint_weights ? values_of(*constraint_weights, "constraint_weights", {ns}) : std::vector<double>(static_cast<std::size_t>(ns), 1.0);
+  mo.poi_default.assign(static_cast<std::size_t>(mo.npoi()), 1.0);
+  mo.allow_negative_yields = allow_negative_yields;
+  mo.systematic_type = choose<SystematicType>("systematic_type", systematic_type,
+                                              {{"log_normal", SystematicType::log_normal}, {"normal", SystematicType::normal}});
+  for (const auto& [name, members] : groups) {  // in the dict's order, which grouped impacts keep
+    SystematicGroup g{.name = nb::cast<std::string>(name), .members = {}};
+    for (const std::string& sy : nb::cast<std::vector<std::string>>(members))
+      g.members.push_back(index_of(systematics, sy, "a systematic (groups name systematics)"));
+    mo.groups.push_back(std::move(g));
+  }
+  for (const std::string& sy : nois) mo.nois.push_back(index_of(systematics, sy, "a systematic (nois name systematics)"));
+  mo.validate();
+  PyModel m;
+  m.path = "<arrays>";
+  m.model = std::make_shared<const Model>(std::move(mo));
+  return m;
+}
+
+/// A fit's progress, from its thread with the GIL taken for each iteration: a line per iteration on the logger
+/// "fitlib" (DEBUG, or INFO with progress=True and no tqdm), a tqdm bar with progress=True where tqdm is installed, and
+/// Python's signal check, so that Ctrl-C stops the fit (it aborts, then KeyboardInterrupt is raised). Built and ended
+/// with the GIL held.
+class Progress {
+ public:
+  explicit Progress(bool progress) {
+    logger_ = nb::module_::import_("logging").attr("getLogger")("fitlib");
+    const int debug = 10, info = 20;
+    if (progress) {
+      try {
+        bar_ = nb::module_::import_("tqdm").attr("tqdm")("desc"_a = "fitlib fit", "unit"_a = " it");
+      } catch (const nb::python_error&) {  // no tqdm: the lines at INFO
+        level_ = info;
+      }
+    }
+    if (!bar_.is_valid() && level_ == 0) level_ = debug;
+    if (!nb::cast<bool>(logger_.attr("isEnabledFor")(level_))) level_ = 0;
+  }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  /// fit()'s hook, on the fit's thread without the GIL.
+  CallbackAction operator()(const IterationSummary& s) {
+    const nb::gil_scoped_acquire gil;
+    try {
+      if (bar_.is_valid()) {
+        bar_.attr("set_postfix_str")(format("f=%.10g edm=%.3g radius=%.3g", s.f, s.edm, s.radius_next), "refresh"_a = false);
+        bar_.attr("update")(1);
+      }
+      if (level_ > 0)
+        logger_.attr("log")(level_, format("iteration %td: f %.12g, predicted decrease %.3g, edm %.3g, radius %.3g -> %.3g, rho %.3g, %.2f s",
+                                          s.iteration, s.f, s.predicted_decrease, s.edm, s.radius, s.radius_next, s.rho, s.elapsed));
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    } catch (nb::python_error& e) {  // Ctrl-C, or a failing handler: the fit stops, and the error is raised after it
+      error_.emplace(std::move(e));
+      return CallbackAction::abort;
+    }
+    return CallbackAction::proceed;
+  }
+
+  /// After the fit, with the GIL: closes the bar, logs the outcome, and raises what stopped the fit.
+  void end(const FitResult& r) {
+    if (bar_.is_valid()) bar_.attr("close")();
+    if (error_) throw std::move(*error_);
+    logger_.attr("info")(format("fit: %s after %td iterations, %.3f s", r.status_text().c_str(), r.iterations, r.seconds));
+  }
+
+ private:
+  template <class... A>
+  static std::string format(const char* f, A... a) {
+    char buffer[256];
+    std::snprintf(buffer, sizeof buffer, f, a...);
+    return buffer;
+  }
+  nb::object logger_, bar_;
+  int level_ = 0;
+  std::optional<nb::python_error> error_;
+};
+
 PyFitResult py_fit(const PyModel& m, bool bin_by_bin, const std::string& bin_by_bin_mode, const std::string& data_term, bool allow_negative_poi,
-                std::vector<std::string> frozen, bool covariance, index_t threads) {
+                   std::vector<std::string> frozen, bool covariance, index_t threads, bool progress) {
   if (threads < 1) throw usage_error("threads must be ≥ 1, got " + std::to_string(threads));
   auto o = std::make_shared<FitOutcome>();
   o->model = m.model;
@@ -145,17 +288,53 @@ PyFitResult py_fit(const PyModel& m, bool bin_by_bin, const std::string& bin_by_
   s.threads = threads;
   if (m.beta_variations && bin_by_bin && s.likelihood.bin_by_bin.mode == BinByBinMode::full)
     throw usage_error("the tensor has hbetavariations, which fitlib does not apply yet; fit with bin_by_bin_mode='lite' or bin_by_bin=False");
+  Progress p(progress);
+  const IterationHook hook{[&p](const IterationSummary& it) { return p(it); }};
   {
     const nb::gil_scoped_release released;
-    o->result = fit_model(o->model, s);
+    o->result = fit_model(o->model, s, hook);
   }
+  p.end(o->result);
   return PyFitResult{std::move(o)};
 }
 
+/// The fit `r` of the model `m`: what comes after a fit rebuilds its likelihood over its model, and another model's
+/// would be another likelihood.
+const FitOutcome& fit_of(const PyModel& m, const PyFitResult& r) {
+  if (r.outcome->model != m.model) throw usage_error("this FitResult is the fit of another Model; pass the Model it was fitted on");
+  return *r.outcome;
+}
+
+/// Impacts on the POIs and NOIs, shared with the arrays that view them.
+struct PyImpacts {
+  std::shared_ptr<const Impacts> impacts;
+  bool global = false;
+};
+
+PyImpacts py_impacts(const PyModel& m, const PyFitResult& r, bool global) {
+  const FitOutcome& f = fit_of(m, r);
+  if (global && f.settings.likelihood.bin_by_bin.enabled && !m.model->sumw2.empty() && f.settings.likelihood.data_term == DataTerm::covariance)
+    throw usage_error("global impacts split off the bin-by-bin part with a Poisson or χ² data term only, not with data_term='covariance'; "
+                      "use fitlib.impacts, or fit with bin_by_bin=False");
+  const nb::gil_scoped_release released;
+  return PyImpacts{std::make_shared<const Impacts>(postfit(f, [&](auto p) { return p.impacts(f, global); })), global};
+}
+
+/// A profile scan, shared with the arrays that view it.
+struct PyScan {
+  std::shared_ptr<const Scan> scan;
+};
+
+PyScan py_scan(const PyModel& m, const PyFitResult& r, const std::string& parameter, index_t points, double range) {
+  const FitOutcome& f = fit_of(m, r);
+  const ScanOptions so{.points = points, .range = range};
+  so.validate();
+  const nb::gil_scoped_release released;
+  return PyScan{std::make_shared<const Scan>(postfit(f, [&](auto p) { return p.scan(f, parameter, so); }))};
+}
+
 nb::dict py_histograms(const PyModel& m, const PyFitResult& r, bool covariance, bool process_variances, bool chi2) {
-  const FitOutcome& f = *r.outcome;
-  // The histograms rebuild the fit's likelihood over the fit's model; another model would give another likelihood.
-  if (f.model != m.model) throw usage_error("this FitResult is the fit of another Model; pass the Model it was fitted on");
+  const FitOutcome& f = fit_of(m, r);
   HistogramOptions ho;
   ho.covariance = covariance;
   ho.variations = false;
@@ -164,7 +343,7 @@ nb::dict py_histograms(const PyModel& m, const PyFitResult& r, bool covariance, 
   std::shared_ptr<const Histograms> h;
   {
     const nb::gil_scoped_release released;
-    h = std::make_shared<const Histograms>(histograms_of(f, ho));
+    h = std::make_shared<const Histograms>(postfit(f, [&](auto p) { return p.histograms(f, ho); }));
   }
   const auto bins = static_cast<std::size_t>(h->nbins), procs = static_cast<std::size_t>(h->nprocs);
   const auto values = [&](const std::vector<double>& v) { return view(h, v.data(), {v.size()}); };
@@ -282,7 +461,21 @@ void bind_model(nb::module_& m) {
 
   nb::class_<PyModel>(m, "Model",
                       "A binned model read by read_rabbit: channels, processes, systematics and observed data. Arrays are read-only views.")
-      .def_ro("path", &PyModel::path, "the file read")
+      .def_static("from_arrays", &py_from_arrays, "nominal"_a, "logk"_a, "data"_a, nb::kw_only(), "processes"_a, "signal"_a, "systematics"_a,
+                  "channels"_a = nb::none(), "sumw2"_a = nb::none(), "data_variance"_a = nb::none(), "constraint_weights"_a = nb::none(),
+                  "groups"_a = nb::dict(), "nois"_a = std::vector<std::string>(),
+                  "systematic_type"_a = "log_normal", "allow_negative_yields"_a = false,
+                  "A model from numpy arrays in rabbit's layout (its TensorWriter's datasets), dense.\n\n"
+                  "nominal: [bins, processes] yields of every bin, masked channels last (hnorm); logk: [bins, processes, systematics] "
+                  "(symmetric) or [bins, processes, 2, systematics] (average and half-difference, hlogk); data: [unmasked bins].\n"
+                  "processes, systematics: names; signal: the processes a POI scales (one each, in process order).\n"
+                  "channels: (name, nbins, masked) in bin order, unmasked first; None: 'ch0' over the data's bins and 'ch1_masked' "
+                  "over the rest, as rabbit.\n"
+                  "sumw2: [bins, processes] template variances (bin-by-bin statistics); data_variance: [unmasked bins] (chisq); "
+                  "constraint_weights: [systematics], 1 Gaussian, 0 unconstrained (default all 1).\n"
+                  "groups: {group: [systematics]} for grouped impacts; nois: systematics reported as POIs.\n"
+                  "Raises ModelError naming what is inconsistent.")
+      .def_ro("path", &PyModel::path, "the file read ('<arrays>' for Model.from_arrays)")
       .def_ro("sha256", &PyModel::sha256, "SHA-256 of the file's bytes")
       .def_ro("channels_skipped", &PyModel::channels_skipped,
               "why the channels are not the meta's channel_info (then 'ch0' and 'ch1_masked' with one Integer axis each); empty if they are")
@@ -387,7 +580,7 @@ void bind_fit(nb::module_& m) {
         "systematic_type: 'log_normal' or 'normal'; None: as the tensor's meta says.\n"
         "Raises FileError (an OSError) for a file that is missing or not a valid tensor.");
   m.def("fit", &py_fit, "model"_a, nb::kw_only(), "bin_by_bin"_a = true, "bin_by_bin_mode"_a = "lite", "data_term"_a = "poisson",
-        "allow_negative_poi"_a = false, "frozen"_a = std::vector<std::string>(), "covariance"_a = true, "threads"_a = 1,
+        "allow_negative_poi"_a = false, "frozen"_a = std::vector<std::string>(), "covariance"_a = true, "threads"_a = 1, "progress"_a = false,
         "Fits the model's observed data; the defaults are fitlib-fit's, so that fit(model) is `fitlib-fit TENSOR -t 0 --unblind`.\n\n"
         "bin_by_bin: Barlow-Beeston bin-by-bin statistics (--noBinByBinStat turns them off); bin_by_bin_mode: 'lite' or 'full'.\n"
         "data_term: 'poisson', 'chisq' (--chisqFit) or 'covariance' (--covarianceFit).\n"
@@ -395,7 +588,58 @@ void bind_fit(nb::module_& m) {
         "frozen: parameters held at their start, names or regular expressions (--freezeParameters).\n"
         "covariance: compute the covariance at the minimum (histograms need it).\n"
         "threads: the bins split into as many shards, evaluated concurrently (--threads).\n"
-        "Non-convergence is a status (FitResult.converged), never an exception. The GIL is released while it runs.");
+        "progress: a tqdm bar of the iterations where tqdm is installed, else a line per iteration on the logger 'fitlib' at INFO "
+        "(always at DEBUG).\n"
+        "Non-convergence is a status (FitResult.converged), never an exception. The GIL is released while it runs; Ctrl-C stops the "
+        "fit and raises KeyboardInterrupt.");
+  nb::class_<PyImpacts>(m, "Impacts",
+                        "Impacts on the targets (the POIs, then the NOIs) per parameter and per group, as fitlib-fit's --doImpacts "
+                        "(traditional) or --globalImpacts (global). Arrays are read-only views.")
+      .def_prop_ro("kind", [](const PyImpacts& i) { return std::string(i.global ? "global" : "traditional"); },
+                   "'traditional' (fitlib.impacts) or 'global' (fitlib.global_impacts: shifted global observables)")
+      .def_prop_ro("targets", [](const PyImpacts& i) { return i.impacts->targets; }, "the rows: POIs, then NOIs")
+      .def_prop_ro("sources", [](const PyImpacts& i) { return i.impacts->sources; }, "the columns of values: every parameter")
+      .def_prop_ro("values",
+                   [](const PyImpacts& i) {
+                     return view(i.impacts, i.impacts->values.data(), {i.impacts->targets.size(), i.impacts->sources.size()});
+                   },
+                   "[targets, parameters]: each parameter's impact on each target (zero where it is no source)")
+      .def_prop_ro("groups", [](const PyImpacts& i) { return i.impacts->groups; },
+                   "the columns of grouped: the model's groups, then 'stat' and, with bin-by-bin statistics, 'binByBinStat'")
+      .def_prop_ro("grouped",
+                   [](const PyImpacts& i) {
+                     return view(i.impacts, i.impacts->grouped.data(), {i.impacts->targets.size(), i.impacts->groups.size()});
+                   },
+                   "[targets, groups]: each group's impact on each target")
+      .def("__repr__", [](const PyImpacts& i) {
+        return std::string(i.global ? "Global impacts" : "Impacts") + "(" + std::to_string(i.impacts->targets.size()) + " targets, " +
+               std::to_string(i.impacts->sources.size()) + " parameters, " + std::to_string(i.impacts->groups.size()) + " groups)";
+      });
+
+  nb::class_<PyScan>(m, "Scan", "A profile-likelihood scan: at each value the NLL minimised over the other free parameters.")
+      .def_prop_ro("parameter", [](const PyScan& s) { return s.scan->parameter; })
+      .def_prop_ro("values", [](const PyScan& s) { return view(s.scan, s.scan->values.data(), {s.scan->values.size()}); },
+                   "the parameter's values, the best fit in the middle")
+      .def_prop_ro("dnll", [](const PyScan& s) { return view(s.scan, s.scan->dnll.data(), {s.scan->dnll.size()}); },
+                   "NLL − NLL at the best fit (not ×2, as rabbit's nll_scan)")
+      .def_prop_ro("status",
+                   [](const PyScan& s) {
+                     std::vector<std::string> names;
+                     for (FitStatus st : s.scan->status) names.emplace_back(fitlib::to_string(st));
+                     return names;
+                   },
+                   "each point's fit status")
+      .def("__repr__", [](const PyScan& s) { return "Scan('" + s.scan->parameter + "', " + std::to_string(s.scan->values.size()) + " points)"; });
+
+  m.def("impacts", [](const PyModel& mo, const PyFitResult& r) { return py_impacts(mo, r, false); }, "model"_a, "result"_a,
+        "Traditional impacts of every parameter and group on the POIs and NOIs at the fit's minimum (fitlib-fit --doImpacts). "
+        "Needs the fit's covariance. The GIL is released while it runs.");
+  m.def("global_impacts", [](const PyModel& mo, const PyFitResult& r) { return py_impacts(mo, r, true); }, "model"_a, "result"_a,
+        "Global impacts (shifted global observables) of every parameter and group on the POIs and NOIs (fitlib-fit "
+        "--globalImpacts). Needs the fit's covariance. The GIL is released while it runs.");
+  m.def("scan", &py_scan, "model"_a, "result"_a, "parameter"_a, nb::kw_only(), "points"_a = 15, "range"_a = 3.0,
+        "A profile-likelihood scan of one parameter around the fit's minimum (fitlib-fit --scan NAME --scanPoints --scanRange): "
+        "points values over ± range postfit σ, the other free parameters refitted at each. The GIL is released while it runs.");
   m.def("histograms", &py_histograms, "model"_a, "result"_a, nb::kw_only(), "covariance"_a = false, "process_variances"_a = false,
         "chi2"_a = true,
         "The prefit and postfit histograms of a fit, as fitlib-fit --saveHists: a dict of numpy arrays over every bin (masked "

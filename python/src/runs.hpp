@@ -4,7 +4,9 @@
 // in parallel and the binding source compiles none of them.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "fitlib/fit.hpp"
 
@@ -48,31 +50,53 @@ decltype(auto) with_likelihood(const std::shared_ptr<const Model>& model, const 
   return f(lik);
 }
 
+/// A fit's callback (fit()'s Callbacks): each iteration goes to `f`, which may stop the fit (Python's progress and its
+/// interrupt check, fitlib_core.cpp). Called on the thread that runs the fit, never on a replica fiber.
+struct IterationHook {
+  std::function<CallbackAction(const IterationSummary&)> f;
+  CallbackAction on_iteration(const IterationSummary& s) const { return f ? f(s) : CallbackAction::proceed; }
+};
+
 /// The fit of the model's observed data.
 template <class Storage>
-FitResult run_fit(const std::shared_ptr<const Model>& model, const FitSettings& s) {
-  return with_likelihood<Storage>(model, s, [&](auto& lik) { return fitlib::fit(lik, TrustRegion<Gltr>(s.minimizer), s.fit); });
+FitResult run_fit(const std::shared_ptr<const Model>& model, const FitSettings& s, const IterationHook& hook) {
+  return with_likelihood<Storage>(model, s, [&](auto& lik) { return fitlib::fit(lik, TrustRegion<Gltr>(s.minimizer), s.fit, hook); });
 }
 
-/// The prefit and postfit histograms of a fit, on a likelihood built as the fit's was.
+/// What is computed after a fit, each on a likelihood built as the fit's was.
 template <class Storage>
-Histograms run_histograms(const FitOutcome& f, const HistogramOptions& ho) {
-  return with_likelihood<Storage>(f.model, f.settings, [&](auto& lik) { return fitlib::histograms(lik, f.result, ho); });
-}
+struct Postfit {
+  static Histograms histograms(const FitOutcome& f, const HistogramOptions& ho) {
+    return with_likelihood<Storage>(f.model, f.settings, [&](auto& lik) { return fitlib::histograms(lik, f.result, ho); });
+  }
+  /// Traditional impacts, or with `global` global impacts (fitlib-fit --doImpacts, --globalImpacts).
+  static Impacts impacts(const FitOutcome& f, bool global) {
+    return with_likelihood<Storage>(f.model, f.settings, [&](auto& lik) {
+      return global ? fitlib::global_impacts(lik, f.result) : fitlib::traditional_impacts(lik, f.result);
+    });
+  }
+  /// A profile scan with the fit's minimizer (fitlib-fit --scan).
+  static Scan scan(const FitOutcome& f, const std::string& parameter, const ScanOptions& so) {
+    return with_likelihood<Storage>(f.model, f.settings, [&](auto& lik) {
+      return fitlib::profile_scan(lik, TrustRegion<Gltr>(f.settings.minimizer), f.result, parameter, so);
+    });
+  }
+};
 
-extern template FitResult run_fit<storage::Dense>(const std::shared_ptr<const Model>&, const FitSettings&);
-extern template FitResult run_fit<storage::Sparse>(const std::shared_ptr<const Model>&, const FitSettings&);
-extern template Histograms run_histograms<storage::Dense>(const FitOutcome&, const HistogramOptions&);
-extern template Histograms run_histograms<storage::Sparse>(const FitOutcome&, const HistogramOptions&);
+extern template FitResult run_fit<storage::Dense>(const std::shared_ptr<const Model>&, const FitSettings&, const IterationHook&);
+extern template FitResult run_fit<storage::Sparse>(const std::shared_ptr<const Model>&, const FitSettings&, const IterationHook&);
+extern template struct Postfit<storage::Dense>;
+extern template struct Postfit<storage::Sparse>;
 
 /// run_fit on the storage the model's templates have.
-inline FitResult fit_model(const std::shared_ptr<const Model>& model, const FitSettings& s) {
-  return storage::visit(*model, [&]<class S>(S) { return run_fit<S>(model, s); });
+inline FitResult fit_model(const std::shared_ptr<const Model>& model, const FitSettings& s, const IterationHook& hook) {
+  return storage::visit(*model, [&]<class S>(S) { return run_fit<S>(model, s, hook); });
 }
 
-/// run_histograms on the storage the model's templates have.
-inline Histograms histograms_of(const FitOutcome& f, const HistogramOptions& ho) {
-  return storage::visit(*f.model, [&]<class S>(S) { return run_histograms<S>(f, ho); });
+/// `f(Postfit<S>{})` on the storage S of the fit's model's templates.
+template <class F>
+decltype(auto) postfit(const FitOutcome& o, F&& f) {
+  return storage::visit(*o.model, [&]<class S>(S) { return f(Postfit<S>{}); });
 }
 
 }  // namespace fitlib::python

@@ -4,7 +4,7 @@
 
 namespace fitlib::python {
 
-template FitResult run_fit<storage::Dense>(const std::shared_ptr<const Model>&, const FitSettings&);
-template Histograms run_histograms<storage::Dense>(const FitOutcome&, const HistogramOptions&);
+template FitResult run_fit<storage::Dense>(const std::shared_ptr<const Model>&, const FitSettings&, const IterationHook&);
+template struct Postfit<storage::Dense>;
 
 }  // namespace fitlib::python

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import os
 import pathlib
+import signal
 import subprocess
 
 import numpy as np
@@ -235,3 +237,145 @@ def test_channel_hists(demo, demo_hists):
     masked = fhist.channel_hists(demo, demo_hists, "ch1_masked")
     assert "data" not in masked
     np.testing.assert_array_equal(masked["prefit"].values(), demo_hists["prefit_total"][300:])
+
+
+@pytest.fixture(scope="module")
+def demo_postfit_reference(tmp_path_factory) -> dict:
+    return run_fitlib_fit(tmp_path_factory, DEMO, "--doImpacts", "--globalImpacts", "--scan", "signal", "--scanPoints", "7", "--scanRange", "2.5")
+
+
+@pytest.mark.parametrize("kind", ["impacts", "global_impacts"])
+def test_impacts_are_fitlib_fits(demo, demo_fit, demo_postfit_reference, kind):
+    impacts = getattr(fitlib, kind)(demo, demo_fit)
+    assert impacts.kind == ("global" if kind == "global_impacts" else "traditional")
+    reference = demo_postfit_reference[kind]
+    assert impacts.targets == list(reference) == ["signal"]
+    assert impacts.sources == demo_fit.names
+    assert impacts.values.shape == (1, len(demo_fit.names)) and impacts.grouped.shape == (1, len(impacts.groups))
+    for t, target in enumerate(impacts.targets):
+        want = reference[target]
+        assert sorted(want["groups"]) == sorted(impacts.groups)
+        for name, value in want["parameters"].items():
+            assert_same_bits(impacts.values[t, impacts.sources.index(name)], value)
+        for group, value in want["groups"].items():
+            assert_same_bits(impacts.grouped[t, impacts.groups.index(group)], value)
+
+
+def test_scan_is_fitlib_fits(demo, demo_fit, demo_postfit_reference):
+    scan = fitlib.scan(demo, demo_fit, "signal", points=7, range=2.5)
+    want = demo_postfit_reference["scans"]["signal"]
+    assert scan.parameter == "signal" and scan.status == want["status"]
+    assert_same_bits(scan.values, numbers(want["values"]))
+    assert_same_bits(scan.dnll, numbers(want["dnll"]))
+    assert scan.dnll[3] == 0 and (scan.dnll >= 0).all()
+
+
+def test_postfit_errors(demo, demo_fit):
+    with pytest.raises(fitlib.UsageError, match="unknown parameter 'sigal'"):
+        fitlib.scan(demo, demo_fit, "sigal")
+    with pytest.raises(fitlib.UsageError, match="need the fit.s covariance"):
+        fitlib.impacts(demo, fitlib.fit(demo, covariance=False))
+    with pytest.raises(fitlib.UsageError, match="another Model"):
+        fitlib.impacts(fitlib.read_rabbit(DEMO), demo_fit)
+
+
+def test_progress_goes_to_logging(demo, demo_fit, caplog):
+    caplog.set_level(logging.DEBUG, logger="fitlib")
+    result = fitlib.fit(demo)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fitlib"]
+    iterations = [m for m in lines if m.startswith("iteration ")]
+    assert len(iterations) == result.iterations and iterations[0].startswith("iteration 1: f ")
+    assert lines[-1].startswith("fit: converged") and f"after {result.iterations} iterations" in lines[-1]
+    assert_same_bits(result.x, demo_fit.x)  # watching a fit does not change it
+
+
+def test_ctrl_c_stops_a_fit(demo):
+    """SIGINT during a fit (here from a logging filter at the third iteration) stops it and raises KeyboardInterrupt."""
+
+    class InterruptAtThird(logging.Filter):
+        def filter(self, record):
+            if record.getMessage().startswith("iteration 3:"):
+                signal.raise_signal(signal.SIGINT)
+            return True
+
+    logger = logging.getLogger("fitlib")
+    interrupt = InterruptAtThird()
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addFilter(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fitlib.fit(demo)
+    finally:
+        logger.removeFilter(interrupt)
+        logger.setLevel(level)
+
+
+def demo_arrays() -> dict:
+    """The demo tensor's datasets (rabbit's layout, asymmetric) as Model.from_arrays takes them."""
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(DEMO) as f:
+        names = lambda key: [s.decode() for s in f[key][...]]  # noqa: E731
+        procs, systs = names("hprocs"), names("hsysts")
+        bins = f["hnorm"].size // len(procs)
+        return dict(
+            nominal=f["hnorm"][...].reshape(bins, len(procs)),
+            logk=f["hlogk"][...].reshape(bins, len(procs), 2, len(systs)),
+            data=f["hdata_obs"][...],
+            processes=procs,
+            signal=names("hsignals"),
+            systematics=systs,
+            sumw2=f["hsumw2"][...].reshape(bins, len(procs)),
+            constraint_weights=f["hconstraintweights"][...],
+            groups={g.decode(): [systs[i] for i in idx] for g, idx in zip(f["hsystgroups"][...], f["hsystgroupidxs"][...])},
+        )
+
+
+def test_model_from_arrays_is_the_tensor(demo, demo_fit):
+    arrays = demo_arrays()
+    model = fitlib.Model.from_arrays(**arrays)
+    assert model.path == "<arrays>"
+    assert (model.nbins, model.nbins_full, model.nprocs, model.nsyst, model.symmetric) == (300, 324, 4, 7, False)
+    assert [(c.name, c.nbins, c.masked) for c in model.channels] == [(c.name, c.nbins, c.masked) for c in demo.channels]
+    result = fitlib.fit(model)
+    assert result.names == demo_fit.names and result.iterations == demo_fit.iterations
+    for key in ["x", "uncertainties", "covariance", "nll"]:
+        assert_same_bits(getattr(result, key), getattr(demo_fit, key))
+    assert fitlib.impacts(model, result).groups == fitlib.impacts(demo, demo_fit).groups
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(logk=np.zeros((324, 4, 7, 2))), r"logk \(asymmetric: \[bins, processes, 2, systematics\]\) has shape \[324, 4, 7, 2\]"),
+        (dict(data=np.zeros(299), channels=[("ch0", 300, False), ("ch1_masked", 24, True)]), r"data has shape \[299\]; expected \[300\]"),
+        (dict(signal=["sgnal"]), r"'sgnal' is not a process"),
+        (dict(groups={"g": ["lumix"]}), r"'lumix' is not a systematic"),
+        (dict(channels=[("a", 300, False), ("b", 20, True)]), r"the channels cover 320 bins, but nominal has 324 rows"),
+    ],
+)
+def test_model_from_arrays_errors(change, message):
+    with pytest.raises(fitlib.ModelError, match=message):
+        fitlib.Model.from_arrays(**{**demo_arrays(), **change})
+
+
+def test_run_is_fitlib_fit(demo, demo_fit, tmp_path, caplog):
+    """fitlib.run: the package's own fitlib-fit, its results read back; the same fit as fitlib.fit's."""
+    caplog.set_level(logging.INFO, logger="fitlib")
+    results = fitlib.run(DEMO, "-t", "-1", "0", "--unblind", "--doImpacts", output=tmp_path / "r.hdf5", quiet=False)
+    assert list(results.fits) == ["asimov", "data"] and (tmp_path / "r.hdf5").is_file()
+    fit = results["data"]
+    assert fit.names == demo_fit.names and fit.status == demo_fit.status and fit.iterations == demo_fit.iterations
+    assert_same_bits(fit.x, demo_fit.x)
+    assert_same_bits(fit.nll, demo_fit.nll)
+    assert_same_bits(fit.impacts.values, fitlib.impacts(demo, demo_fit).values)
+    said = [r.getMessage() for r in caplog.records if r.name == "fitlib"]
+    assert any(m.startswith("fitlib-fit: fit 'data'") for m in said)  # its stderr, line by line
+
+
+def test_run_errors_are_fitlib_fits(tmp_path):
+    with pytest.raises(fitlib.FitlibFitError, match="'no_such_nuisance' matches no parameter") as e:
+        fitlib.run(DEMO, "--freezeParameters", "no_such_nuisance")
+    assert e.value.returncode == 2
+    with pytest.raises(ValueError, match="output="):
+        fitlib.run(DEMO, "-o", str(tmp_path / "x.hdf5"))

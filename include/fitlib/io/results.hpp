@@ -197,6 +197,14 @@ inline std::vector<double> correlation(const std::vector<double>& cov, std::size
   return r;
 }
 
+/// An `[n × n]` column-major matrix in row-major order.
+inline std::vector<double> transposed(const std::vector<double>& m, std::size_t n) {
+  std::vector<double> t(m.size());
+  for (std::size_t j = 0; j < n; ++j)
+    for (std::size_t i = 0; i < n; ++i) t[i * n + j] = m[i + j * n];
+  return t;
+}
+
 inline void write_toys(const hdf5::Location& file, const ToySummary& t) {
   const hdf5::Location g = hdf5::create_group(file, "toys");
   hdf5::write_attribute(g, "toys", static_cast<std::int64_t>(t.toys));
@@ -533,10 +541,9 @@ inline void write_run(const hdf5::File& file, const RunInfo& run, const std::vec
     std::vector<std::int64_t> frozen(r.frozen.begin(), r.frozen.end());
     hdf5::write(g, "frozen", std::span<const std::int64_t>(frozen));
     hdf5::write_strings(g, "blinded", f.blinded);
-    if (r.covariance.size() == n * n) {  // symmetric: column-major reads the same as row-major
-      hdf5::write(g, "covariance", std::span<const double>(r.covariance), {n, n});
-      const std::vector<double> corr = correlation(r.covariance, n);
-      hdf5::write(g, "correlation", std::span<const double>(corr), {n, n});
+    if (r.covariance.size() == n * n) {  // column-major, symmetric only to rounding: transposed, so that [i, j] is C_ij
+      hdf5::write(g, "covariance", std::span<const double>(transposed(r.covariance, n)), {n, n});
+      hdf5::write(g, "correlation", std::span<const double>(transposed(correlation(r.covariance, n), n)), {n, n});
     }
     if (!f.bin_by_bin.empty())
       hdf5::write(g, "bin_by_bin_beta", std::span<const double>(f.bin_by_bin),

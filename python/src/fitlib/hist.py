@@ -5,6 +5,11 @@
     hists = fitlib.histograms(model, result, process_variances=True)
     h = fhist.channel_hists(model, hists, "ch0")["postfit"]
 
+The model, channels and axes are duck-typed: a fitlib.Model (channels, process_names) with its fitlib.Channel and
+fitlib.Axis objects, or anything with the same attributes, such as a results file's model read by
+fitlib.results.read_results (fitlib.results.ModelInfo, Channel, Axis). A channel has name, nbins, masked, flow and
+axes; an axis kind, name, label, edges, categories, transform, underflow, overflow, circular, growth and size.
+
 Needs the `hist` package (pip install fitlib[hist]).
 """
 
@@ -35,7 +40,8 @@ def _transform(name: str):
 
 
 def axis(a):
-    """The hist axis that a fitlib.Axis describes, with its name, label, flow bins and traits.
+    """The hist axis that a fitlib.Axis (or an object with its attributes) describes, with its name, label, flow bins
+    and traits.
 
     A transformed Regular axis is rebuilt from its first and last edges, so hist recomputes the edges between them
     (to rounding: the power of a 'pow(p)' transform is kept to 6 digits).
@@ -60,17 +66,19 @@ def axis(a):
 
 
 def axes(c) -> list:
-    """The hist axes of a fitlib.Channel; a channel without axes gets one Integer axis over its bins."""
+    """The hist axes of a channel (fitlib.Channel or alike); a channel without axes gets one Integer axis over its
+    bins."""
     if not c.axes:
         return [hist.axis.Integer(0, c.nbins, name="bin", flow=False)]
     return [axis(a) for a in c.axes]
 
 
 def channel(model, which):
-    """The channel `which` (a name or an index) of the model and its first bin, as (Channel, start)."""
+    """The channel `which` (a name or an index) of the model (anything with `channels`) and its first bin, as
+    (channel, start)."""
     start = 0
     for i, c in enumerate(model.channels):
-        if c.name == which or (isinstance(which, int) and i == which):
+        if c.name == which or (isinstance(which, (int, np.integer)) and i == which):
             return c, start
         start += c.nbins
     names = ", ".join(repr(c.name) for c in model.channels)
@@ -81,9 +89,9 @@ def channel_hist(model, which, values, variances=None) -> hist.Hist:
     """One channel's bins of `values` as a hist.Hist with the channel's axes.
 
     `values` runs over the model's bins (its first axis: every bin, as histograms' arrays, or the unmasked ones, as
-    the data) and may have a second axis over the processes, which becomes a last StrCategory axis "process". With
-    `variances` (the same shape) the histogram has Weight storage, else Double. The channel's flow bins, where its
-    bins include them, fill the histogram's.
+    the data) and may have a second axis over the model's processes (`process_names`), which becomes a last
+    StrCategory axis "process". With `variances` (the same shape) the histogram has Weight storage, else Double. The
+    channel's flow bins, where its bins include them, fill the histogram's.
     """
     c, start = channel(model, which)
     values = np.asarray(values, dtype=float)
@@ -93,10 +101,11 @@ def channel_hist(model, which, values, variances=None) -> hist.Hist:
             " (the data have no masked bins)"
         )
     ax = axes(c)
-    if values.ndim == 2 and values.shape[1] == model.nprocs:
-        ax.append(hist.axis.StrCategory(model.process_names, name="process", overflow=False))
+    processes = list(getattr(model, "process_names", ()))
+    if values.ndim == 2 and values.shape[1] == len(processes):
+        ax.append(hist.axis.StrCategory(processes, name="process", overflow=False))
     elif values.ndim != 1:
-        raise ValueError(f"values have shape {values.shape}; expected [bins] or [bins, {model.nprocs} processes]")
+        raise ValueError(f"values have shape {values.shape}; expected [bins] or [bins, {len(processes)} processes]")
     h = hist.Hist(*ax, storage=hist.storage.Double() if variances is None else hist.storage.Weight())
     view = h.view(flow=c.flow)
     rows = values[start : start + c.nbins].reshape(view.shape)
@@ -109,19 +118,20 @@ def channel_hist(model, which, values, variances=None) -> hist.Hist:
 
 
 def channel_hists(model, hists: dict, which) -> dict:
-    """The histograms of one channel from fitlib.histograms' arrays, as hist.Hist objects with variances.
+    """The histograms of one channel from fitlib.histograms' arrays (or a results file's,
+    fitlib.results.Histograms.as_dict()), as hist.Hist objects with variances.
 
     Keys: "prefit" and "postfit" (the sums over processes), "prefit_processes" and "postfit_processes" (a last
     "process" axis; with variances where histograms computed them, process_variances=True) and, for an unmasked
-    channel, "data".
+    channel, "data". The postfit ones only where `hists` has them (a blinded fit's results have none).
     """
     c, _ = channel(model, which)
-    out = {
-        "prefit": channel_hist(model, which, hists["prefit_total"], hists["prefit_variance"]),
-        "postfit": channel_hist(model, which, hists["postfit_total"], hists["postfit_variance"]),
-        "prefit_processes": channel_hist(model, which, hists["prefit"], hists.get("prefit_process_variance")),
-        "postfit_processes": channel_hist(model, which, hists["postfit"], hists.get("postfit_process_variance")),
-    }
+    out = {}
+    for stage in ("prefit", "postfit"):
+        if hists.get(stage) is None:
+            continue
+        out[stage] = channel_hist(model, which, hists[f"{stage}_total"], hists[f"{stage}_variance"])
+        out[f"{stage}_processes"] = channel_hist(model, which, hists[stage], hists.get(f"{stage}_process_variance"))
     if not c.masked:
         out["data"] = channel_hist(model, which, hists["data"], hists["data_variance"])
     return out
