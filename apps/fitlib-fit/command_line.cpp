@@ -234,10 +234,11 @@ void check_arguments(Args& a) {
     io::check_output_path(a.output, "-o/--output", {a.input});
     if (!a.rabbit_output.empty()) {
       io::check_output_path(a.rabbit_output, "rabbit's fitresults file (--rabbitOutput)", {a.input});
-      if (std::filesystem::path(a.rabbit_output).lexically_normal() == std::filesystem::path(a.output).lexically_normal())
+      std::error_code ec1, ec2;
+      if (std::filesystem::weakly_canonical(a.rabbit_output, ec1) == std::filesystem::weakly_canonical(a.output, ec2) && !ec1 && !ec2)
         throw usage_error("--rabbitOutput '" + a.rabbit_output + "' is the results file (-o); give rabbit's layout a file of its own");
       // Checked before any fit, so that a missing package loses no fit's work.
-      if (a.rank == 0 && run_program({rabbit_python(), "-c", "import fitlib.rabbit as r; r._ioutils()"}, true) != 0)
+      if (run_program({rabbit_python(), "-c", "import fitlib.rabbit as r; r._ioutils()"}, true) != 0)
         throw usage_error("--rabbitOutput writes rabbit's layout with the fitlib Python package and wums, which '" + rabbit_python() +
                           "' cannot import; install them there (pip install './python[rabbit]' from fitlib's repository), or name a "
                           "Python that has them in FITLIB_PYTHON");

@@ -129,6 +129,55 @@ PyModel py_read_rabbit(const std::filesystem::path& path, bool allow_negative_yi
   return m;
 }
 
+/// `m` with the channels `channels` (fitlib/_meta.py: the tensor's channel_info read by Python's pickle where fitlib's
+/// reader cannot decode it): each a dict of name, masked, flow and axes (dicts of Axis's fields, kind by hist's class
+/// name). They must cover the model's bins, the unmasked ones first, as the tensor orders them.
+PyModel py_with_channels(const PyModel& m, const nb::list& channels) {
+  const auto field = [](const nb::handle& d, const char* key) { return nb::object(d[key]); };
+  std::vector<Channel> out;
+  for (const nb::handle c : channels) {
+    Channel ch{.name = nb::cast<std::string>(field(c, "name")), .nbins = 0, .masked = nb::cast<bool>(field(c, "masked"))};
+    ch.flow = nb::cast<bool>(field(c, "flow"));
+    for (const nb::handle a : nb::cast<nb::list>(field(c, "axes"))) {
+      Axis ax;
+      ax.kind = choose<Axis::Kind>("axis kind", nb::cast<std::string>(field(a, "kind")),
+                                   {{"Regular", Axis::Kind::regular},
+                                    {"Variable", Axis::Kind::variable},
+                                    {"Integer", Axis::Kind::integer},
+                                    {"Boolean", Axis::Kind::boolean},
+                                    {"StrCategory", Axis::Kind::str_category},
+                                    {"IntCategory", Axis::Kind::int_category}});
+      ax.name = nb::cast<std::string>(field(a, "name"));
+      ax.label = nb::cast<std::string>(field(a, "label"));
+      ax.edges = nb::cast<std::vector<double>>(field(a, "edges"));
+      ax.categories = nb::cast<std::vector<std::string>>(field(a, "categories"));
+      ax.transform = nb::cast<std::string>(field(a, "transform"));
+      ax.underflow = nb::cast<bool>(field(a, "underflow"));
+      ax.overflow = nb::cast<bool>(field(a, "overflow"));
+      ax.circular = nb::cast<bool>(field(a, "circular"));
+      ax.growth = nb::cast<bool>(field(a, "growth"));
+      ch.axes.push_back(std::move(ax));
+    }
+    ch.nbins = axes_bins(ch.axes, ch.flow, m.model->nbins_full() + 1);
+    out.push_back(std::move(ch));
+  }
+  Model mo = *m.model;
+  index_t bins = 0, unmasked = 0;
+  for (const Channel& c : out) {
+    bins += c.nbins;
+    unmasked += c.masked ? 0 : c.nbins;
+  }
+  if (bins != mo.nbins_full() || unmasked != mo.nbins())
+    throw model_error("the meta's channel_info describes " + std::to_string(unmasked) + " bins and " + std::to_string(bins - unmasked) +
+                      " masked ones, but the tensor has " + std::to_string(mo.nbins()) + " and " + std::to_string(mo.nbins_full() - mo.nbins()));
+  mo.channels = std::move(out);
+  mo.validate();
+  PyModel r = m;
+  r.channels_skipped.clear();
+  r.model = std::make_shared<const Model>(std::move(mo));
+  return r;
+}
+
 /// A C-contiguous double array from Python (converted when it is not one), as nanobind passes it.
 using Array = nb::ndarray<const double, nb::c_contig, nb::device::cpu>;
 
@@ -209,23 +258,21 @@ PyModel py_from_arrays(const Array& nominal, const Array& logk, const Array& dat
 }
 
 /// A fit's progress, from its thread with the GIL taken for each iteration: a line per iteration on the logger
-/// "fitlib" (DEBUG, or INFO with progress=True and no tqdm), a tqdm bar with progress=True where tqdm is installed, and
+/// "fitlib" at DEBUG, with progress=True a tqdm bar where tqdm is installed (else the lines on stderr too), and
 /// Python's signal check, so that Ctrl-C stops the fit (it aborts, then KeyboardInterrupt is raised). Built and ended
 /// with the GIL held.
 class Progress {
  public:
   explicit Progress(bool progress) {
     logger_ = nb::module_::import_("logging").attr("getLogger")("fitlib");
-    const int debug = 10, info = 20;
+    log_ = nb::cast<bool>(logger_.attr("isEnabledFor")(10));  // DEBUG
     if (progress) {
       try {
         bar_ = nb::module_::import_("tqdm").attr("tqdm")("desc"_a = "fitlib fit", "unit"_a = " it");
-      } catch (const nb::python_error&) {  // no tqdm: the lines at INFO
-        level_ = info;
+      } catch (const nb::python_error&) {  // no tqdm: the lines on stderr
+        stderr_ = nb::module_::import_("sys").attr("stderr");
       }
     }
-    if (!bar_.is_valid() && level_ == 0) level_ = debug;
-    if (!nb::cast<bool>(logger_.attr("isEnabledFor")(level_))) level_ = 0;
   }
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -238,9 +285,12 @@ class Progress {
         bar_.attr("set_postfix_str")(format("f=%.10g edm=%.3g radius=%.3g", s.f, s.edm, s.radius_next), "refresh"_a = false);
         bar_.attr("update")(1);
       }
-      if (level_ > 0)
-        logger_.attr("log")(level_, format("iteration %td: f %.12g, predicted decrease %.3g, edm %.3g, radius %.3g -> %.3g, rho %.3g, %.2f s",
-                                          s.iteration, s.f, s.predicted_decrease, s.edm, s.radius, s.radius_next, s.rho, s.elapsed));
+      if (log_ || stderr_.is_valid()) {
+        const std::string line = format("iteration %td: f %.12g, predicted decrease %.3g, edm %.3g, radius %.3g -> %.3g, rho %.3g, %.2f s",
+                                        s.iteration, s.f, s.predicted_decrease, s.edm, s.radius, s.radius_next, s.rho, s.elapsed);
+        if (log_) logger_.attr("debug")(line);
+        if (stderr_.is_valid()) stderr_.attr("write")("fitlib: " + line + "\n");
+      }
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
     } catch (nb::python_error& e) {  // Ctrl-C, or a failing handler: the fit stops, and the error is raised after it
       error_.emplace(std::move(e));
@@ -263,8 +313,8 @@ class Progress {
     std::snprintf(buffer, sizeof buffer, f, a...);
     return buffer;
   }
-  nb::object logger_, bar_;
-  int level_ = 0;
+  nb::object logger_, bar_, stderr_;
+  bool log_ = false;
   std::optional<nb::python_error> error_;
 };
 
@@ -333,11 +383,11 @@ PyScan py_scan(const PyModel& m, const PyFitResult& r, const std::string& parame
   return PyScan{std::make_shared<const Scan>(postfit(f, [&](auto p) { return p.scan(f, parameter, so); }))};
 }
 
-nb::dict py_histograms(const PyModel& m, const PyFitResult& r, bool covariance, bool process_variances, bool chi2) {
+nb::dict py_histograms(const PyModel& m, const PyFitResult& r, bool covariance, bool process_variances, bool chi2, bool variations) {
   const FitOutcome& f = fit_of(m, r);
   HistogramOptions ho;
   ho.covariance = covariance;
-  ho.variations = false;
+  ho.variations = variations;
   ho.chi2 = chi2;
   ho.process_variances = process_variances;
   std::shared_ptr<const Histograms> h;
@@ -388,6 +438,11 @@ nb::dict py_histograms(const PyModel& m, const PyFitResult& r, bool covariance, 
   if (covariance) {
     d["prefit_covariance"] = per_channel(h->prefit_covariance);
     d["postfit_covariance"] = per_channel(h->postfit_covariance);
+  }
+  if (variations) {
+    const auto n = static_cast<std::size_t>(m.model->nparams());
+    d["prefit_variations"] = view(h, h->prefit_variations.data(), {bins, n, std::size_t{2}});
+    d["postfit_variations"] = view(h, h->postfit_variations.data(), {bins, n, std::size_t{2}});
   }
   if (chi2) {
     d["prefit_chi2"] = chi2_of(h->prefit_chi2, h->prefit_chi2_total, {});
@@ -574,11 +629,12 @@ void bind_fit(nb::module_& m) {
         return "FitResult(" + r.outcome->result.status_text() + ", nll=" + std::to_string(r.outcome->result.nll) + ")";
       });
 
-  m.def("read_rabbit", &py_read_rabbit, "path"_a, nb::kw_only(), "allow_negative_yields"_a = false, "systematic_type"_a = nb::none(),
-        "Reads a rabbit input tensor (HDF5, dense or sparse) into a Model.\n\n"
-        "allow_negative_yields: accept negative nominal yields (rabbit's allow_negative_expectation).\n"
-        "systematic_type: 'log_normal' or 'normal'; None: as the tensor's meta says.\n"
-        "Raises FileError (an OSError) for a file that is missing or not a valid tensor.");
+  m.def("_with_channels", &py_with_channels, "model"_a, "channels"_a,
+        "The model with these channels (dicts of name, masked, flow and axes); fitlib.read_rabbit's fallback for a meta "
+        "that fitlib's reader cannot decode.");
+  m.def("_read_rabbit", &py_read_rabbit, "path"_a, nb::kw_only(), "allow_negative_yields"_a = false, "systematic_type"_a = nb::none(),
+        "fitlib's reader of a rabbit tensor (fitlib.read_rabbit adds the meta's channels through Python's pickle where it "
+        "cannot decode them).");
   m.def("fit", &py_fit, "model"_a, nb::kw_only(), "bin_by_bin"_a = true, "bin_by_bin_mode"_a = "lite", "data_term"_a = "poisson",
         "allow_negative_poi"_a = false, "frozen"_a = std::vector<std::string>(), "covariance"_a = true, "threads"_a = 1, "progress"_a = false,
         "Fits the model's observed data; the defaults are fitlib-fit's, so that fit(model) is `fitlib-fit TENSOR -t 0 --unblind`.\n\n"
@@ -588,8 +644,8 @@ void bind_fit(nb::module_& m) {
         "frozen: parameters held at their start, names or regular expressions (--freezeParameters).\n"
         "covariance: compute the covariance at the minimum (histograms need it).\n"
         "threads: the bins split into as many shards, evaluated concurrently (--threads).\n"
-        "progress: a tqdm bar of the iterations where tqdm is installed, else a line per iteration on the logger 'fitlib' at INFO "
-        "(always at DEBUG).\n"
+        "progress: a tqdm bar of the iterations where tqdm is installed, else a line per iteration on stderr (always: a line per "
+        "iteration on the logger 'fitlib' at DEBUG, and the outcome at INFO).\n"
         "Non-convergence is a status (FitResult.converged), never an exception. The GIL is released while it runs; Ctrl-C stops the "
         "fit and raises KeyboardInterrupt.");
   nb::class_<PyImpacts>(m, "Impacts",
@@ -641,16 +697,30 @@ void bind_fit(nb::module_& m) {
         "A profile-likelihood scan of one parameter around the fit's minimum (fitlib-fit --scan NAME --scanPoints --scanRange): "
         "points values over ± range postfit σ, the other free parameters refitted at each. The GIL is released while it runs.");
   m.def("histograms", &py_histograms, "model"_a, "result"_a, nb::kw_only(), "covariance"_a = false, "process_variances"_a = false,
-        "chi2"_a = true,
+        "chi2"_a = true, "variations"_a = false,
         "The prefit and postfit histograms of a fit, as fitlib-fit --saveHists: a dict of numpy arrays over every bin (masked "
         "channels included, in the model's bin order): 'prefit' and 'postfit' [nbins_full, nprocs], '*_total' and '*_variance' "
         "[nbins_full], 'data' and 'data_variance' [nbins]; with process_variances '*_process_variance' [nbins_full, nprocs] "
         "(--computeHistErrorsPerProcess); with covariance '*_covariance', one [bins, bins] array per channel (--computeHistCov); "
-        "with chi2 '*_chi2', dicts of the per-channel 'chi2' and 'ndf' and the 'total_chi2' and 'total_ndf'.");
+        "with chi2 '*_chi2', dicts of the per-channel 'chi2' and 'ndf' and the 'total_chi2' and 'total_ndf'; with variations "
+        "'*_variations' [nbins_full, nparams, 2], every bin's summed yield with each parameter moved down and up by its σ "
+        "(--computeVariations).");
 }
 
 }  // namespace
 
+}  // namespace fitlib::python
+
+namespace fitlib::python {
+namespace {
+/// Puts `dirs` first on HDF5's filter-plugin search path (fitlib/__init__.py: FITLIB_HDF5_PLUGIN_PATH's entries and
+/// PyPI's hdf5plugin, whose Blosc2 filter rabbit's current tensors need); returns the entries that are not directories.
+std::vector<std::string> add_hdf5_plugin_paths(std::vector<std::string> dirs) {
+  const std::lock_guard lock(hdf5_mutex);
+  for (auto& d : io::hdf5::plugin_search_path()) dirs.push_back(std::move(d));
+  return io::hdf5::set_plugin_search_path(dirs);
+}
+}  // namespace
 }  // namespace fitlib::python
 
 NB_MODULE(_core, m) {
@@ -659,4 +729,6 @@ NB_MODULE(_core, m) {
   fitlib::python::define_errors(m);
   fitlib::python::bind_model(m);
   fitlib::python::bind_fit(m);
+  m.def("_add_hdf5_plugin_paths", &fitlib::python::add_hdf5_plugin_paths, "dirs"_a,
+        "Puts these directories first on HDF5's filter-plugin search path; returns those that are not directories.");
 }

@@ -9,6 +9,7 @@ it to the build's), else they are skipped.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -379,3 +380,83 @@ def test_run_errors_are_fitlib_fits(tmp_path):
     assert e.value.returncode == 2
     with pytest.raises(ValueError, match="output="):
         fitlib.run(DEMO, "-o", str(tmp_path / "x.hdf5"))
+
+
+def test_blosc2_tensor_needs_no_plugin_path(monkeypatch):
+    """rabbit's current tensors are Blosc2-compressed: read through PyPI's hdf5plugin, without HDF5_PLUGIN_PATH."""
+    pytest.importorskip("hdf5plugin")
+    monkeypatch.delenv("HDF5_PLUGIN_PATH", raising=False)
+    blosc2 = fitlib.read_rabbit(ROOT / "tests" / "data" / "rabbit" / "test_tensor_blosc2.hdf5")
+    gzip = fitlib.read_rabbit(ROOT / "tests" / "data" / "rabbit" / "test_tensor_symmetric.hdf5")  # its gzip original
+    np.testing.assert_array_equal(blosc2.data, gzip.data)
+    np.testing.assert_array_equal(blosc2.nominal, gzip.nominal)
+
+
+@pytest.mark.parametrize(
+    "options, flags",
+    [
+        (dict(bin_by_bin_mode="full"), ["--binByBinStatMode", "full"]),
+        (dict(bin_by_bin=False), ["--noBinByBinStat"]),
+        (dict(data_term="chisq"), ["--chisqFit"]),
+        (dict(allow_negative_poi=True), ["--allowNegativePOI"]),
+        (dict(frozen=["lumi", "jes"]), ["--freezeParameters", "lumi", "jes"]),
+    ],
+)
+def test_options_are_fitlib_fits(demo, tmp_path_factory, options, flags):
+    assert_same_fit(fitlib.fit(demo, **options), run_fitlib_fit(tmp_path_factory, DEMO, *flags))
+
+
+def test_all_histograms_are_fitlib_fits(demo, demo_fit, tmp_path):
+    """Every histogram array (per process, their variances, the channels' covariance, the ±1σ variations) as
+    fitlib-fit --saveHists writes them to its results file."""
+    hists = fitlib.histograms(demo, demo_fit, covariance=True, process_variances=True, variations=True)
+    stored = fitlib.run(DEMO, "-t", "0", "--unblind", "--saveHists", "--computeHistCov", "--computeHistErrorsPerProcess",
+                        "--computeVariations")["data"].histograms
+    for key in ["prefit", "postfit", "prefit_process_variance", "postfit_process_variance", "prefit_variations",
+                "postfit_variations", "prefit_total", "postfit_variance"]:
+        assert_same_bits(hists[key], getattr(stored, key))
+    assert hists["postfit_variations"].shape == (demo.nbins_full, demo.nparams, 2)
+    for when in ["prefit", "postfit"]:
+        assert len(hists[f"{when}_covariance"]) == len(demo.channels)
+        for mine, theirs in zip(hists[f"{when}_covariance"], getattr(stored, f"{when}_covariance")):
+            assert_same_bits(mine, theirs)
+
+
+def test_progress_without_tqdm_goes_to_stderr(demo, demo_fit, capsys):
+    if importlib.util.find_spec("tqdm") is not None:
+        pytest.skip("tqdm is installed: progress=True draws a bar")
+    result = fitlib.fit(demo, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == result.iterations and lines[0].startswith("fitlib: iteration 1: f ")
+    assert_same_bits(result.x, demo_fit.x)
+
+
+def test_run_rabbit_output_with_this_python(tmp_path, monkeypatch):
+    """fitlib.run(..., "--rabbitOutput", F): the bundled fitlib-fit converts with this Python, whatever python3 the PATH
+    has (the venv need not be activated)."""
+    pytest.importorskip("wums.ioutils")
+    monkeypatch.delenv("FITLIB_PYTHON", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # Debian's python3, without fitlib
+    out = tmp_path / "fitresults.hdf5"
+    fitlib.run(DEMO, "-t", "0", "--unblind", "--rabbitOutput", str(out))
+    assert out.is_file()
+
+
+def test_channels_from_the_pickled_meta():
+    """Where fitlib's reader cannot decode the meta, read_rabbit takes the channels from Python's pickle: that path gives
+    the channels fitlib's reader gives, on the tensor with every axis kind (transforms, flow, circular, categories)."""
+    pytest.importorskip("hist")
+    from fitlib import _core, _meta
+
+    model = fitlib.read_rabbit(AXES)
+    assert not model.channels_skipped
+    pickled = _core._with_channels(model, _meta._pickled_channels(str(AXES)))
+    assert [(c.name, c.nbins, c.masked, c.flow) for c in pickled.channels] == [(c.name, c.nbins, c.masked, c.flow) for c in model.channels]
+    fields = ["kind", "name", "label", "edges", "categories", "transform", "underflow", "overflow", "circular", "growth"]
+    for mine, theirs in zip(pickled.channels, model.channels):
+        assert [[getattr(a, f) for f in fields] for a in mine.axes] == [[getattr(a, f) for f in fields] for a in theirs.axes]
+    with pytest.raises(fitlib.ModelError, match="describes 12 bins and 0 masked ones, but the tensor has"):
+        _core._with_channels(model, _meta._pickled_channels(str(AXES))[:1])
+    # rabbit 0.2.5's test tensor pickles hist axes this hist cannot unpickle either: rabbit's default channels, said why
+    tensor = fitlib.read_rabbit(ROOT / "tests" / "data" / "rabbit" / "test_tensor.hdf5")
+    assert "'ch1_masked', as rabbit does" in tensor.channels_skipped

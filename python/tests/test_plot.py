@@ -20,6 +20,7 @@ matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 import matplotlib.image  # noqa: E402
 
+import fitlib  # noqa: E402
 from fitlib import plot  # noqa: E402
 from fitlib.plot_cli import main  # noqa: E402
 from fitlib.results import read_results  # noqa: E402
@@ -467,7 +468,7 @@ def test_cli_choice_and_errors(toys, results, tmp_path, capsys):
 
 def test_in_memory(tmp_path):
     core = pytest.importorskip("fitlib._core")
-    model = core.read_rabbit(str(DEMO))
+    model = fitlib.read_rabbit(str(DEMO))
     result = core.fit(model)
     impacts = core.impacts(model, result)
     fig = render(plot.pulls_and_impacts, tmp_path, "memory_impacts", (1000, 130 + 26 * 7), result, impacts=impacts,

@@ -20,6 +20,8 @@ import re
 import hist
 import numpy as np
 
+from ._channels import find as _find_channel
+
 __all__ = ["axis", "axes", "channel", "channel_hist", "channel_hists"]
 
 _POW = re.compile(r"pow\((.+)\)")
@@ -76,13 +78,8 @@ def axes(c) -> list:
 def channel(model, which):
     """The channel `which` (a name or an index) of the model (anything with `channels`) and its first bin, as
     (channel, start)."""
-    start = 0
-    for i, c in enumerate(model.channels):
-        if c.name == which or (isinstance(which, (int, np.integer)) and i == which):
-            return c, start
-        start += c.nbins
-    names = ", ".join(repr(c.name) for c in model.channels)
-    raise KeyError(f"the model has no channel {which!r}; its channels are {names}")
+    _, c, start = _find_channel(model.channels, which)
+    return c, start
 
 
 def channel_hist(model, which, values, variances=None) -> hist.Hist:

@@ -37,6 +37,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import StepPatch
 
+from ._channels import find as _find_channel
+
 __all__ = ["correlation", "histogram", "pulls_and_impacts", "save", "scan", "scan2d", "toy_pulls"]
 
 # figure inches ×, dpi ÷ (the same pixels): mplhep's styles have fonts sized for larger figures
@@ -369,13 +371,7 @@ def _grouped_impacts(fit, imp, row, coord, xt, st, kind, style, label, path, dpi
 
 def _channel(model, which):
     """(index, channel, first bin) of channel `which` (a name or an index; None: the first)."""
-    start = 0
-    for i, c in enumerate(model.channels):
-        if which is None or c.name == which or (isinstance(which, (int, np.integer)) and i == which):
-            return i, c, start
-        start += c.nbins
-    names = ", ".join(repr(c.name) for c in model.channels)
-    raise KeyError(f"the model has no channel {which!r}; its channels are {names}")
+    return _find_channel(model.channels, 0 if which is None else which)
 
 
 def _hist_source(obj, fit_name, model):

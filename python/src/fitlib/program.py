@@ -15,6 +15,7 @@ import logging
 import os
 import pathlib
 import subprocess
+import sys
 import tempfile
 
 __all__ = ["FitlibFitError", "executable", "run"]
@@ -44,8 +45,8 @@ def run(tensor, *options: str, output=None, quiet: bool = True):
 
     `output`: where the results file goes (kept); None: a temporary file, read and removed. fitlib-fit's stderr (its
     progress: each stage, and each iteration unless `quiet`) goes line by line to the logger "fitlib" at INFO. A fit that does not converge is a
-    status in the results (exit status 3 is no error); bad input (2) or a failed write (4) raise FitlibFitError with
-    fitlib-fit's message.
+    status in the results (exit status 3 is no error); any other exit status (2: bad input, 4: a failed write) raises
+    FitlibFitError with fitlib-fit's message.
     """
     from .results import read_results
 
@@ -59,7 +60,9 @@ def run(tensor, *options: str, output=None, quiet: bool = True):
             argv.append("-q")
         log = logging.getLogger("fitlib")
         said = []
-        with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as p:
+        # This Python writes rabbit's layout for --rabbitOutput, whether or not its venv is on the PATH.
+        env = {"FITLIB_PYTHON": sys.executable, **os.environ}
+        with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace", env=env) as p:
             for line in p.stderr:
                 said.append(line)
                 log.info("%s", line.rstrip())

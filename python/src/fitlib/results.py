@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
+from ._channels import find as _find_channel
+
 __all__ = [
     "FORMAT_VERSIONS",
     "Axis",
@@ -164,11 +166,7 @@ class ModelInfo:
 
     def channel(self, which) -> Channel:
         """The channel named `which`, or the `which`-th."""
-        for i, c in enumerate(self.channels):
-            if c.name == which or (isinstance(which, (int, np.integer)) and i == which):
-                return c
-        names = ", ".join(repr(c.name) for c in self.channels)
-        raise KeyError(f"the model has no channel {which!r}; its channels are {names}")
+        return _find_channel(self.channels, which)[1]
 
 
 @dataclass(frozen=True, eq=False)
