@@ -318,13 +318,12 @@ class Progress {
   std::optional<nb::python_error> error_;
 };
 
-PyFitResult py_fit(const PyModel& m, bool bin_by_bin, const std::string& bin_by_bin_mode, const std::string& data_term, bool allow_negative_poi,
-                   std::vector<std::string> frozen, bool covariance, index_t threads, bool progress) {
+/// The likelihood's settings from the keywords fit and Likelihood share, as fitlib-fit's options set them
+/// (command_line.cpp: likelihood_options).
+FitSettings settings_of(const PyModel& m, bool bin_by_bin, const std::string& bin_by_bin_mode, const std::string& bin_by_bin_type,
+                        const std::string& data_term, bool allow_negative_poi, index_t threads) {
   if (threads < 1) throw usage_error("threads must be ≥ 1, got " + std::to_string(threads));
-  auto o = std::make_shared<FitOutcome>();
-  o->model = m.model;
-  FitSettings& s = o->settings;
-  // As fitlib-fit's options set them (command_line.cpp: likelihood_options, fit_options).
+  FitSettings s;
   s.likelihood.data_term = choose<DataTerm>("data_term", data_term,
                                             {{"poisson", DataTerm::poisson}, {"chisq", DataTerm::chisq}, {"covariance", DataTerm::covariance}});
   s.likelihood.allow_negative_poi = allow_negative_poi;
@@ -332,12 +331,31 @@ PyFitResult py_fit(const PyModel& m, bool bin_by_bin, const std::string& bin_by_
   s.likelihood.bin_by_bin.enabled = bin_by_bin;
   s.likelihood.bin_by_bin.mode =
       choose<BinByBinMode>("bin_by_bin_mode", bin_by_bin_mode, {{"lite", BinByBinMode::lite}, {"full", BinByBinMode::full}});
+  s.likelihood.bin_by_bin.type = choose<BinByBinType>("bin_by_bin_type", bin_by_bin_type,
+                                                      {{"automatic", BinByBinType::automatic},
+                                                       {"gamma", BinByBinType::gamma},
+                                                       {"normal-multiplicative", BinByBinType::normal_multiplicative},
+                                                       {"normal-additive", BinByBinType::normal_additive}});
   s.likelihood.validate();
-  s.fit.frozen = std::move(frozen);
-  s.fit.covariance = covariance;
   s.threads = threads;
   if (m.beta_variations && bin_by_bin && s.likelihood.bin_by_bin.mode == BinByBinMode::full)
-    throw usage_error("the tensor has hbetavariations, which fitlib does not apply yet; fit with bin_by_bin_mode='lite' or bin_by_bin=False");
+    throw usage_error("the tensor has hbetavariations, which fitlib does not apply yet; use bin_by_bin_mode='lite' or bin_by_bin=False");
+  return s;
+}
+
+PyFitResult py_fit(const PyModel& m, bool bin_by_bin, const std::string& bin_by_bin_mode, const std::string& bin_by_bin_type,
+                   const std::string& data_term, bool allow_negative_poi, std::vector<std::string> frozen, bool covariance, index_t threads,
+                   double edm_tol, index_t max_iterations, bool progress) {
+  auto o = std::make_shared<FitOutcome>();
+  o->model = m.model;
+  FitSettings& s = o->settings;
+  s = settings_of(m, bin_by_bin, bin_by_bin_mode, bin_by_bin_type, data_term, allow_negative_poi, threads);
+  if (!(edm_tol > 0)) throw usage_error("edm_tol must be positive, got " + std::to_string(edm_tol));
+  if (max_iterations < 0) throw usage_error("max_iterations must be ≥ 0 (0: 200 per parameter), got " + std::to_string(max_iterations));
+  s.minimizer.edm_tol = edm_tol;
+  s.minimizer.maxiter = max_iterations;
+  s.fit.frozen = std::move(frozen);
+  s.fit.covariance = covariance;
   Progress p(progress);
   const IterationHook hook{[&p](const IterationSummary& it) { return p(it); }};
   {
@@ -347,6 +365,22 @@ PyFitResult py_fit(const PyModel& m, bool bin_by_bin, const std::string& bin_by_
   p.end(o->result);
   return PyFitResult{std::move(o)};
 }
+
+/// fitlib.Likelihood: a model's likelihood as fit builds it, for the user's own minimiser or checks (scipy.optimize).
+struct PyLikelihood {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<HeldLikelihood> lik;
+  std::mutex mutex;  ///< one evaluation at a time: the passes keep their buffers, and evaluations release the GIL
+
+  /// `x` as the likelihood's point, checked to be [n].
+  std::vector<double> point(const Array& x, const char* what) const {
+    const auto n = static_cast<std::size_t>(lik->size());
+    if (x.ndim() != 1 || x.shape(0) != n)
+      throw usage_error(std::string(what) + " must be a vector of the " + std::to_string(n) + " parameters (Likelihood.names), got " +
+                        std::to_string(x.ndim()) + " dimensions of " + std::to_string(x.ndim() ? x.shape(0) : 0));
+    return {x.data(), x.data() + n};
+  }
+};
 
 /// The fit `r` of the model `m`: what comes after a fit rebuilds its likelihood over its model, and another model's
 /// would be another likelihood.
@@ -635,19 +669,103 @@ void bind_fit(nb::module_& m) {
   m.def("_read_rabbit", &py_read_rabbit, "path"_a, nb::kw_only(), "allow_negative_yields"_a = false, "systematic_type"_a = nb::none(),
         "fitlib's reader of a rabbit tensor (fitlib.read_rabbit adds the meta's channels through Python's pickle where it "
         "cannot decode them).");
-  m.def("fit", &py_fit, "model"_a, nb::kw_only(), "bin_by_bin"_a = true, "bin_by_bin_mode"_a = "lite", "data_term"_a = "poisson",
-        "allow_negative_poi"_a = false, "frozen"_a = std::vector<std::string>(), "covariance"_a = true, "threads"_a = 1, "progress"_a = false,
+  m.def("fit", &py_fit, "model"_a, nb::kw_only(), "bin_by_bin"_a = true, "bin_by_bin_mode"_a = "lite", "bin_by_bin_type"_a = "automatic",
+        "data_term"_a = "poisson", "allow_negative_poi"_a = false, "frozen"_a = std::vector<std::string>(), "covariance"_a = true,
+        "threads"_a = 1, "edm_tol"_a = 1e-12, "max_iterations"_a = 0, "progress"_a = false,
         "Fits the model's observed data; the defaults are fitlib-fit's, so that fit(model) is `fitlib-fit TENSOR -t 0 --unblind`.\n\n"
-        "bin_by_bin: Barlow-Beeston bin-by-bin statistics (--noBinByBinStat turns them off); bin_by_bin_mode: 'lite' or 'full'.\n"
+        "bin_by_bin: Barlow-Beeston bin-by-bin statistics (--noBinByBinStat turns them off); bin_by_bin_mode: 'lite' or 'full'; "
+        "bin_by_bin_type: 'automatic', 'gamma', 'normal-multiplicative' or 'normal-additive' (--binByBinStatType).\n"
         "data_term: 'poisson', 'chisq' (--chisqFit) or 'covariance' (--covarianceFit).\n"
         "allow_negative_poi: POIs act linearly, mu = x (--allowNegativePOI).\n"
         "frozen: parameters held at their start, names or regular expressions (--freezeParameters).\n"
         "covariance: compute the covariance at the minimum (histograms need it).\n"
         "threads: the bins split into as many shards, evaluated concurrently (--threads).\n"
+        "edm_tol: converged when the EDM is below it (--minimizerEdmTol); max_iterations: 0 is 200 per parameter (--minimizerMaxiter).\n"
         "progress: a tqdm bar of the iterations where tqdm is installed, else a line per iteration on stderr (always: a line per "
         "iteration on the logger 'fitlib' at DEBUG, and the outcome at INFO).\n"
         "Non-convergence is a status (FitResult.converged), never an exception. The GIL is released while it runs; Ctrl-C stops the "
         "fit and raises KeyboardInterrupt.");
+  nb::class_<PyLikelihood>(m, "Likelihood",
+                           "A model's negative log-likelihood as fitlib.fit minimises it (the reduced NLL, its constants dropped), over the "
+                           "POIs then the systematics, with its analytic derivatives: for your own minimiser, e.g. "
+                           "scipy.optimize.minimize(lik.value, lik.x0, jac=lik.gradient, hessp=lik.hessp, method='trust-krylov'). "
+                           "Evaluations release the GIL and run one at a time.")
+      .def("__init__",
+           [](PyLikelihood* self, const PyModel& m, bool bin_by_bin, const std::string& bin_by_bin_mode, const std::string& bin_by_bin_type,
+              const std::string& data_term, bool allow_negative_poi, index_t threads) {
+             const FitSettings s = settings_of(m, bin_by_bin, bin_by_bin_mode, bin_by_bin_type, data_term, allow_negative_poi, threads);
+             auto held = storage::visit(*m.model, [&]<class S>(S) { return hold_likelihood<S>(m.model, s); });
+             new (self) PyLikelihood{m.model, std::move(held), {}};
+           },
+           "model"_a, nb::kw_only(), "bin_by_bin"_a = true, "bin_by_bin_mode"_a = "lite", "bin_by_bin_type"_a = "automatic",
+           "data_term"_a = "poisson", "allow_negative_poi"_a = false, "threads"_a = 1, "fitlib.fit's likelihood keywords, with its defaults.")
+      .def_prop_ro("names", [](const PyLikelihood& l) { return l.model->parameter_names(); }, "the parameters: the POIs, then the systematics")
+      .def_prop_ro("x0", [](const PyLikelihood& l) { return owning(l.lik->default_parameters(), {static_cast<std::size_t>(l.lik->size())}); },
+                   "the default point, where fitlib.fit starts")
+      .def("__len__", [](const PyLikelihood& l) { return l.lik->size(); })
+      .def("value",
+           [](PyLikelihood& l, const Array& x) {
+             const std::vector<double> p = l.point(x, "x");
+             const nb::gil_scoped_release released;
+             const std::lock_guard lock(l.mutex);
+             return l.lik->value(p.data());
+           },
+           "x"_a, "the NLL at x")
+      .def("value_and_gradient",
+           [](PyLikelihood& l, const Array& x) {
+             const std::vector<double> p = l.point(x, "x");
+             std::vector<double> g(p.size());
+             double f = 0;
+             {
+               const nb::gil_scoped_release released;
+               const std::lock_guard lock(l.mutex);
+               f = l.lik->value_grad(p.data(), g.data());
+             }
+             return nb::make_tuple(f, owning(std::move(g), {p.size()}));
+           },
+           "x"_a, "(NLL, gradient) at x, in one pass")
+      .def("gradient",
+           [](PyLikelihood& l, const Array& x) {
+             const std::vector<double> p = l.point(x, "x");
+             std::vector<double> g(p.size());
+             {
+               const nb::gil_scoped_release released;
+               const std::lock_guard lock(l.mutex);
+               l.lik->value_grad(p.data(), g.data());
+             }
+             return owning(std::move(g), {p.size()});
+           },
+           "x"_a, "the gradient at x")
+      .def("hessp",
+           [](PyLikelihood& l, const Array& x, const Array& v) {
+             const std::vector<double> p = l.point(x, "x"), d = l.point(v, "v");
+             std::vector<double> out(p.size());
+             {
+               const nb::gil_scoped_release released;
+               const std::lock_guard lock(l.mutex);
+               l.lik->hessp(p.data(), d.data(), out.data());
+             }
+             return owning(std::move(out), {p.size()});
+           },
+           "x"_a, "v"_a, "the Hessian at x times v (one pass)")
+      .def("hessian",
+           [](PyLikelihood& l, const Array& x) {
+             const std::vector<double> p = l.point(x, "x");
+             const std::size_t n = p.size();
+             std::vector<double> g(n), h(n * n);
+             {
+               const nb::gil_scoped_release released;
+               const std::lock_guard lock(l.mutex);
+               l.lik->hessian(p.data(), g.data(), h.data());
+             }
+             std::vector<double> rows(n * n);  // column-major in C++, symmetric only to rounding
+             for (std::size_t j = 0; j < n; ++j)
+               for (std::size_t i = 0; i < n; ++i) rows[i * n + j] = h[i + j * n];
+             return owning(std::move(rows), {n, n});
+           },
+           "x"_a, "the dense Hessian at x, [n, n]")
+      .def("__repr__", [](const PyLikelihood& l) { return "Likelihood(" + std::to_string(l.lik->size()) + " parameters)"; });
+
   nb::class_<PyImpacts>(m, "Impacts",
                         "Impacts on the targets (the POIs, then the NOIs) per parameter and per group, as fitlib-fit's --doImpacts "
                         "(traditional) or --globalImpacts (global). Arrays are read-only views.")

@@ -50,6 +50,62 @@ decltype(auto) with_likelihood(const std::shared_ptr<const Model>& model, const 
   return f(lik);
 }
 
+/// A likelihood held for Python's fitlib.Likelihood, its type erased: its value, gradient, Hessian-vector product and
+/// Hessian at one point. One call at a time (the likelihood's passes keep their buffers).
+class HeldLikelihood {
+ public:
+  virtual ~HeldLikelihood() = default;
+  virtual index_t size() const = 0;
+  virtual std::vector<double> default_parameters() const = 0;
+  virtual double value(const double* x) = 0;
+  virtual double value_grad(const double* x, double* g) = 0;
+  virtual void hessp(const double* x, const double* v, double* out) = 0;
+  virtual double hessian(const double* x, double* g, double* h) = 0;
+};
+
+namespace detail {
+template <class Lik>
+class Held final : public HeldLikelihood {
+ public:
+  template <class Policy>
+  Held(const std::shared_ptr<const Model>& model, Policy policy, const LikelihoodOptions& o) : lik_(model, std::move(policy), o) {
+    lik_.set_data(model->data, model->data_variance);
+  }
+  index_t size() const override { return lik_.size(); }
+  std::vector<double> default_parameters() const override { return lik_.default_parameters(); }
+  double value(const double* x) override {
+    double f = 0;
+    lik_.value(point(x), std::span(&f, 1));
+    return f;
+  }
+  double value_grad(const double* x, double* g) override {
+    double f = 0;
+    lik_.value_grad(point(x), std::span(&f, 1), BlockView<double>(g, size(), 1));
+    return f;
+  }
+  void hessp(const double* x, const double* v, double* out) override { lik_.hessp(point(x), point(v), BlockView<double>(out, size(), 1)); }
+  double hessian(const double* x, double* g, double* h) override {
+    double f = 0;
+    lik_.hessian(point(x), std::span(&f, 1), BlockView<double>(g, size(), 1), BlockView<double>(h, size(), size()));
+    return f;
+  }
+
+ private:
+  ConstBlockView<double> point(const double* x) const { return ConstBlockView<double>(x, size(), 1); }
+  Lik lik_;
+};
+}  // namespace detail
+
+/// The likelihood `s` asks for over `model`'s `Storage` templates, holding the model's observed data (as with_likelihood's).
+template <class Storage>
+std::unique_ptr<HeldLikelihood> hold_likelihood(const std::shared_ptr<const Model>& model, const FitSettings& s) {
+  if (s.threads == 1) return std::make_unique<detail::Held<Likelihood<Shard<cpu::Serial, Storage>>>>(model, cpu::Serial{}, s.likelihood);
+  return std::make_unique<detail::Held<Likelihood<Shard<cpu::Threads, Storage>>>>(model, cpu::Threads{s.threads}, s.likelihood);
+}
+
+extern template std::unique_ptr<HeldLikelihood> hold_likelihood<storage::Dense>(const std::shared_ptr<const Model>&, const FitSettings&);
+extern template std::unique_ptr<HeldLikelihood> hold_likelihood<storage::Sparse>(const std::shared_ptr<const Model>&, const FitSettings&);
+
 /// A fit's callback (fit()'s Callbacks): each iteration goes to `f`, which may stop the fit (Python's progress and its
 /// interrupt check, fitlib_core.cpp). Called on the thread that runs the fit, never on a replica fiber.
 struct IterationHook {

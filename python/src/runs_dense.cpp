@@ -6,5 +6,6 @@ namespace fitlib::python {
 
 template FitResult run_fit<storage::Dense>(const std::shared_ptr<const Model>&, const FitSettings&, const IterationHook&);
 template struct Postfit<storage::Dense>;
+template std::unique_ptr<HeldLikelihood> hold_likelihood<storage::Dense>(const std::shared_ptr<const Model>&, const FitSettings&);
 
 }  // namespace fitlib::python

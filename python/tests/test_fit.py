@@ -460,3 +460,28 @@ def test_channels_from_the_pickled_meta():
     # rabbit 0.2.5's test tensor pickles hist axes this hist cannot unpickle either: rabbit's default channels, said why
     tensor = fitlib.read_rabbit(ROOT / "tests" / "data" / "rabbit" / "test_tensor.hdf5")
     assert "'ch1_masked', as rabbit does" in tensor.channels_skipped
+
+
+def test_likelihood_is_the_fits(demo, demo_fit):
+    """fitlib.Likelihood: the NLL fit minimises, at its minimum the fit's NLL and gradient to the last bit; the gradient
+    against central differences, the Hessian-vector product against the dense Hessian."""
+    lik = fitlib.Likelihood(demo)
+    assert lik.names == demo_fit.names and len(lik) == len(demo_fit.names)
+    assert_same_bits(lik.x0, demo_fit.x0)
+    f, g = lik.value_and_gradient(demo_fit.x)
+    assert_same_bits(f, demo_fit.nll)
+    assert_same_bits(g, demo_fit.gradient)
+    assert_same_bits(lik.value(demo_fit.x), f)
+    x = lik.x0 + 0.1
+    g = lik.gradient(x)
+    for i in range(len(x)):
+        h = 1e-5 * np.eye(len(x))[i]
+        assert (lik.value(x + h) - lik.value(x - h)) / 2e-5 == pytest.approx(g[i], rel=1e-6, abs=1e-6)
+    hess = lik.hessian(x)
+    v = np.linspace(-1, 1, len(x))
+    np.testing.assert_allclose(lik.hessp(x, v), hess @ v, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(hess, hess.T, rtol=1e-12, atol=1e-12)
+    with pytest.raises(fitlib.UsageError, match="x must be a vector of the 8 parameters"):
+        lik.value(np.zeros(3))
+    chisq = fitlib.Likelihood(demo, data_term="chisq")
+    assert chisq.value(demo_fit.x) != f

@@ -15,7 +15,7 @@ its results files; fitlib.rabbit writes rabbit's fitresults layout, fitlib.plot 
 (docs/python.md).
 """
 
-_CORE = ("Axis", "Channel", "Error", "FileError", "FitResult", "Impacts", "Model", "ModelError", "Scan", "UsageError",
+_CORE = ("Axis", "Channel", "Error", "FileError", "FitResult", "Impacts", "Likelihood", "Model", "ModelError", "Scan", "UsageError",
          "__version__", "fit", "global_impacts", "histograms", "impacts", "scan")
 __all__ = [*_CORE, "FitlibFitError", "read_rabbit", "read_results", "run"]
 
