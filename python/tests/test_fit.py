@@ -12,30 +12,18 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
-import os
 import pathlib
 import signal
-import subprocess
 
 import numpy as np
 import pytest
 
 import fitlib
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEMO = ROOT / "examples" / "data" / "demo_analysis.hdf5"
-SPARSE = ROOT / "tests" / "data" / "rabbit" / "test_tensor_sparse.hdf5"
-AXES = ROOT / "tests" / "data" / "rabbit" / "test_tensor_axes.hdf5"
-
+from common import AXES, DEMO, ROOT, SPARSE, fitlib_fit
 
 def run_fitlib_fit(tmp_path_factory, tensor: pathlib.Path, *options: str) -> dict:
     """fitlib-fit's JSON summary of `-t 0 --unblind` on `tensor` with `options`: its one fit, "data"."""
-    exe = os.environ.get("FITLIB_FIT")
-    if not exe:
-        pytest.skip("FITLIB_FIT (the path of fitlib-fit) is not set: no comparison with fitlib-fit")
-    out = tmp_path_factory.mktemp("fitlib_fit") / "results.hdf5"
-    run = subprocess.run([exe, str(tensor), "-t", "0", "--unblind", "-q", "--json", "-o", str(out), *options], capture_output=True, text=True)
-    assert run.returncode == 0, f"fitlib-fit exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
+    out = fitlib_fit(tmp_path_factory, tensor, "-t", "0", "--unblind", "--json", *options)
     (fit,) = json.loads(out.with_suffix(".json").read_text())["fits"]
     assert fit["name"] == "data"
     return fit

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import pathlib
-import subprocess
 
 import numpy as np
 import pytest
@@ -24,22 +23,15 @@ import fitlib  # noqa: E402
 from fitlib import plot  # noqa: E402
 from fitlib.plot_cli import main  # noqa: E402
 from fitlib.results import read_results  # noqa: E402
+import common  # noqa: E402
+from common import AXES, DEMO, ROOT  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEMO = ROOT / "examples" / "data" / "demo_analysis.hdf5"
-AXES = ROOT / "tests" / "data" / "rabbit" / "test_tensor_axes.hdf5"
 ANALYSIS = ("-t", "-1", "0", "--unblind", "--doImpacts", "--globalImpacts", "--scan", "signal", "--scan2D", "signal",
             "lumi", "--scanPoints", "9", "--saveHists", "--computeHistCov")
 
 
 def fitlib_fit(tmp_path_factory, tensor, *options):
-    exe = os.environ.get("FITLIB_FIT")
-    if not exe:
-        pytest.skip("FITLIB_FIT (the path of fitlib-fit) is not set: no results file to plot")
-    out = tmp_path_factory.mktemp("plot") / "results.hdf5"
-    run = subprocess.run([exe, str(tensor), *options, "-q", "-o", str(out)], capture_output=True, text=True)
-    assert run.returncode == 0, f"fitlib-fit exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
-    return read_results(out)
+    return read_results(common.fitlib_fit(tmp_path_factory, tensor, *options))
 
 
 @pytest.fixture(scope="module")

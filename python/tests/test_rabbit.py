@@ -22,13 +22,8 @@ hist = pytest.importorskip("hist")
 
 from fitlib import rabbit  # noqa: E402
 from fitlib.results import read_results  # noqa: E402
+from common import AXES, DEMO, DEMO_OPTIONS, HIST_OPTIONS, fitlib_fit  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEMO = ROOT / "examples" / "data" / "demo_analysis.hdf5"
-AXES = ROOT / "tests" / "data" / "rabbit" / "test_tensor_axes.hdf5"
-# `make demo`'s command line, with the histograms (all of them) added
-DEMO_OPTIONS = ("-t", "0", "--unblind", "--doImpacts", "--globalImpacts", "--scan", "signal", "--scanPoints", "7")
-HIST_OPTIONS = ("--saveHists", "--computeHistCov", "--computeHistErrorsPerProcess", "--computeVariations")
 
 # rabbit_fit's entries of a fit, in its order, for the options above (rabbit_fit ... --saveHists --saveHistsPerProcess
 # --computeHistErrors --computeHistErrorsPerProcess --computeHistCov --computeVariations --fullNll, rabbit 0.2.5)
@@ -42,13 +37,7 @@ MODEL_KEYS = ["channels", "hist_prefit_inclusive_cov", "ndf_prefit", "chi2_prefi
 
 def run_fitlib_fit(tmp_path_factory, tensor: pathlib.Path, *options: str) -> pathlib.Path:
     """The path of fitlib-fit's results file of `tensor` with `options`."""
-    exe = os.environ.get("FITLIB_FIT")
-    if not exe:
-        pytest.skip("FITLIB_FIT (the path of fitlib-fit) is not set: no results file to convert")
-    out = tmp_path_factory.mktemp("results") / "results.hdf5"
-    run = subprocess.run([exe, str(tensor), *options, "-q", "-o", str(out)], capture_output=True, text=True)
-    assert run.returncode == 0, f"fitlib-fit exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
-    return out
+    return fitlib_fit(tmp_path_factory, tensor, *options)
 
 
 @pytest.fixture(scope="module")

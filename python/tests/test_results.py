@@ -11,33 +11,21 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import pathlib
-import subprocess
 
 import h5py
 import numpy as np
 import pytest
 
 from fitlib.results import FORMAT_VERSIONS, Results, ResultsError, read_results
+from common import AXES, DEMO, DEMO_OPTIONS, HIST_OPTIONS, fitlib_fit
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEMO = ROOT / "examples" / "data" / "demo_analysis.hdf5"
-AXES = ROOT / "tests" / "data" / "rabbit" / "test_tensor_axes.hdf5"
-# `make demo`'s command line, with the histograms (all of them) added
-DEMO_OPTIONS = ("-t", "0", "--unblind", "--doImpacts", "--globalImpacts", "--scan", "signal", "--scanPoints", "7")
-HIST_OPTIONS = ("--saveHists", "--computeHistCov", "--computeHistErrorsPerProcess", "--computeVariations")
 HAS_HIST = importlib.util.find_spec("hist") is not None  # the channel histograms need it; the rest does not
 
 
 def run_fitlib_fit(tmp_path_factory, tensor: pathlib.Path, *options: str) -> tuple[Results, dict]:
     """fitlib-fit's results file of `tensor` with `options`, read back, and its JSON summary."""
-    exe = os.environ.get("FITLIB_FIT")
-    if not exe:
-        pytest.skip("FITLIB_FIT (the path of fitlib-fit) is not set: no results file to read")
-    out = tmp_path_factory.mktemp("results") / "results.hdf5"
-    run = subprocess.run([exe, str(tensor), *options, "-q", "--json", "-o", str(out)], capture_output=True, text=True)
-    assert run.returncode == 0, f"fitlib-fit exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
+    out = fitlib_fit(tmp_path_factory, tensor, *options, "--json")
     return read_results(out), json.loads(out.with_suffix(".json").read_text())
 
 
