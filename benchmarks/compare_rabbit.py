@@ -5,6 +5,8 @@
 
     python3 benchmarks/compare_rabbit.py [--quick] [--threads 1] [--fitlib build/apps/fitlib-fit/fitlib-fit]
                                          [--keep DIR [--reuse-rabbit]] [--only REGEX] [--out FILE]
+                                         [--realistic 400,2000] [--realistic-sparse 400]
+                                         [--fitlib-variant NAME=ARGS ...] [--skip-rabbit REGEX]
     python3 benchmarks/compare_rabbit.py --write-fixture tests/data/rabbit_fixture
     python3 benchmarks/compare_rabbit.py --update-fixture-nllvalfull tests/data/rabbit_fixture
     python3 benchmarks/compare_rabbit.py --update-fixture-hists tests/data/rabbit_fixture
@@ -16,7 +18,11 @@ numpy, ...) and re-executes itself inside it. Then:
 1. writes input tensors with rabbit's own TensorWriter: rabbit's test tensor (its
    tests/make_tensor.py, shipped in the wheel; dense asymmetric, plus --sparse and --symmetrizeAll
    variants) and a grid of synthetic analyses (bins x systematics, 8 processes, log-normal
-   systematics, MC-stat variances), dense, plus one sparse variant. Numeric datasets are stored
+   systematics, MC-stat variances), dense, plus one sparse variant, and realistic analyses
+   (realistic_400, realistic_2000 dense, realistic_400_sparse: 3 channels incl. a 2-D 40 x 50 one and
+   a masked one, 10 processes of which 2 signals, mostly asymmetric shape systematics on subsets of
+   processes and channels, weighted MC; tensors.write_realistic; --realistic / --realistic-sparse
+   choose the systematics counts, '' for none; not with --quick). Numeric datasets are stored
    with Blosc2 (filter 32026, as rabbit's current TensorWriter does; --compression gzip keeps
    rabbit-fit 0.2.5's own gzip output);
 2. fits each tensor with rabbit and with fitlib-fit in two configurations, "bb" (default
@@ -28,7 +34,18 @@ numpy, ...) and re-executes itself inside it. Then:
    prints one line per (tensor, configuration): bins, systematics, max |dx|/sigma, max |dsigma|/sigma
    (sigma = rabbit's uncertainty), |dNLL|, both wall times and their ratio, PASS/FAIL against
    |dx|/sigma < 1e-4, |dsigma|/sigma < 1e-4, |dNLL| < 1e-6; a missing or failing fitlib-fit is a
-   FAIL of that row with its error. The last line is `min_speedup_vs_rabbit=<number>`.
+   FAIL of that row with its error. The last line is `min_speedup_vs_rabbit=<number>`;
+4. prints a second table, the passes over the templates per fit: fitlib-fit's iterations and its
+   JSON `evaluations` (values, gradients, HVPs, dense Hessians), their weighted total in template
+   reads (PASS_WEIGHTS: a value with its gradient 1, an HVP 1, a dense Hessian 2, see
+   fitlib_passes), the Hessian's cost in passes measured on the same tensor, rejected trust-region
+   steps (from fitlib-fit's progress log), the EDM and status at the stop, and the CPU seconds of
+   both programs with rabbit's iterations.
+
+--fitlib-variant NAME=ARGS (repeatable) also runs fitlib-fit with ARGS added (e.g.
+exact="--minimizerMethod trust-exact") on every (tensor, configuration), as row TENSOR/CONFIG:NAME
+compared with the same rabbit run. --skip-rabbit REGEX runs only fitlib-fit on the rows it matches
+(e.g. realistic_2000, where rabbit takes many minutes): they are reported "fitlib only".
 
 --write-fixture DIR writes the small test fixture instead: rabbit's test tensor (dense and sparse,
 each Blosc2- and gzip-compressed) and rabbit_results.json with rabbit's fits of it (run with
@@ -63,6 +80,7 @@ import math
 import os
 import re
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -80,6 +98,8 @@ STAMP = ".compare_rabbit_requirements.sha256"
 GRID_BINS = (100, 1000, 10000)
 GRID_SYSTS = (10, 100, 1000)
 SPARSE_POINT = (10000, 1000)
+REALISTIC_SYSTS = (400, 2000)
+REALISTIC_SPARSE_SYSTS = (400,)
 CONFIGS = ("bb", "nobb")
 TARGET_DX, TARGET_DSIGMA, TARGET_DNLL = 1e-4, 1e-4, 1e-6
 THREAD_VARS = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -103,6 +123,16 @@ def parse_args() -> argparse.Namespace:
                    help="grid points to run instead of the default bins {100,1000,10000} x systs {10,100,1000}")
     p.add_argument("--sparse-point", metavar="BxS", default=f"{SPARSE_POINT[0]}x{SPARSE_POINT[1]}",
                    help="grid point also written with sparse=True ('' for none; default %(default)s)")
+    p.add_argument("--realistic", metavar="NSYST,...", default=",".join(map(str, REALISTIC_SYSTS)),
+                   help="systematics counts of the realistic analyses, dense ('' for none; default %(default)s; "
+                        "not with --quick)")
+    p.add_argument("--realistic-sparse", metavar="NSYST,...", default=",".join(map(str, REALISTIC_SPARSE_SYSTS)),
+                   help="realistic analyses also written with sparse=True ('' for none; default %(default)s)")
+    p.add_argument("--fitlib-variant", metavar="NAME=ARGS", action="append", default=[],
+                   help="also run fitlib-fit with ARGS (split like a shell) added, as row TENSOR/CONFIG:NAME against the "
+                        "same rabbit fit; repeatable (e.g. exact='--minimizerMethod trust-exact')")
+    p.add_argument("--skip-rabbit", metavar="REGEX", default="",
+                   help="rows (TENSOR/CONFIG) on which only fitlib-fit runs, e.g. realistic_2000 (reported 'fitlib only')")
     p.add_argument("--compression", choices=("blosc2", "gzip"), default="blosc2",
                    help="numeric datasets of the tensors: blosc2 (rabbit's current writer, default) or gzip "
                         "(what rabbit-fit 0.2.5's TensorWriter writes)")
@@ -243,6 +273,13 @@ def tensor_specs(args: argparse.Namespace) -> list[dict]:
     if args.sparse_point and not args.quick:
         b, s = (int(v) for v in args.sparse_point.lower().split("x"))
         specs.append(dict(name=f"synth_b{b}_s{s}_sparse", kind="synthetic", nbins=b, nsyst=s, sparse=True))
+    if not args.quick:
+        import tensors
+
+        for counts, sparse in ((args.realistic, False), (args.realistic_sparse, True)):
+            for s in (int(v) for v in counts.split(",") if v.strip()):
+                specs.append(dict(name=tensors.realistic_name(s, sparse), kind="realistic", nsyst=s, sparse=sparse,
+                                  seed=tensors.realistic_seed(s)))
     return specs
 
 
@@ -260,6 +297,13 @@ def produce_tensor(spec: dict, tensor_dir: Path, compression: str, rabbit_versio
         raw = Path(tmp) / "raw.hdf5"
         if spec["kind"] == "test":
             raw = tensors.write_test_tensor(Path(tmp), "raw", sparse=spec["sparse"], symmetrize_all=spec["symmetrize_all"])
+        elif spec["kind"] == "realistic":
+            info = tensors.write_realistic(raw, spec["nsyst"], sparse=spec["sparse"], seed=spec["seed"])
+            print(f"   {spec['name']}: {info['unconstrained']} unconstrained, {info['norm']} normalisation "
+                  f"({info['norm_asymmetric']} asymmetric), {info['shape']} shape ({info['shape_asymmetric']} asymmetric, "
+                  f"{info['eta_slice']} on an eta slice) systematics; MC/data relative uncertainty per bin "
+                  + ", ".join(f"{ch} {c['mean_mc_rel_unc']:.3f}/{c['mean_data_rel_unc']:.3f}"
+                              for ch, c in info["channels"].items()), flush=True)
         else:
             tensors.write_synthetic(raw, spec["nbins"], spec["nsyst"], sparse=spec["sparse"])
         if compression == "gzip":
@@ -369,31 +413,76 @@ def rabbit_cached(outdir: Path, tensor_sha: str, config: str, threads: int) -> d
 # --------------------------------------------------------------------------------------------
 # fitlib.
 
-def fitlib_command(exe: Path, tensor: Path, result: Path, config: str, threads: int) -> list[str]:
+def fitlib_command(exe: Path, tensor: Path, result: Path, config: str, threads: int, extra: list[str] = ()) -> list[str]:
     cmd = [str(exe), str(tensor), "-t", "0", "--unblind", "-o", str(result), "--json", "--threads", str(threads)]
     if config == "nobb":
         cmd.append("--noBinByBinStat")
-    return cmd
+    return cmd + list(extra)
 
 
-def run_fitlib(exe: Path, tensor: Path, outdir: Path, config: str, threads: int, timeout: float) -> dict:
-    """Runs fitlib-fit once and reads its JSON summary; never raises (errors go to 'error')."""
+# Template reads per counted evaluation of fitlib-fit's JSON `evaluations`, in its host shard
+# (include/fitlib/likelihood/shard.hpp, likelihood.hpp; minimize/trust_region.hpp, fit.hpp):
+# * a value streams the templates once (Shard::partials walks the bins once, the forward products
+#   K·x of each bin's cells while its rows are in cache);
+# * its gradient adds no read: the trust region only ever asks for value_grad, which runs the
+#   backward products Kᵀu in the same walk, so `values` == `gradients` and the pair is one pass
+#   (a gradient counted without a value would be one more pass: passes take max(values, gradients));
+# * an HVP is one pass (forward K·v, the iterate's K·x reused from the forward cache, and the
+#   backward products in the same walk); GLTR, Steihaug CG and the EDM's CG ask for one direction
+#   per call, so one HVP = one pass;
+# * a dense Hessian is two: Likelihood::hessian first evaluates value and gradient (a pass), then
+#   each shard's hessian() walks the bins again for the cells' effective rows E = K + H·diag(g') and
+#   adds Mᵀ·D·M by GEMMs over blocks of bins (nbins·(nprocs + 1 or 2) rows × nparams columns,
+#   ~rows·n² flops for the lower triangle); that GEMM, not the reads, is its cost at n in the hundreds,
+#   which is why the table also gives the Hessian's measured cost in passes (hessian_weight).
+# The counts include the postfit Hessian (1) and, with --preconditioning, the prefit one.
+PASS_WEIGHTS = dict(value=1, gradient_with_its_value=0, gradient_alone=1, hvp=1, hessian=2)
+PASS_WEIGHTS_TEXT = ("passes = max(values, gradients) + HVPs + 2 x Hessians (template reads: a value and its gradient "
+                     "share one pass, an HVP is one pass, a dense Hessian a value+gradient pass plus its own pass; "
+                     "its GEMM comes on top: pass-equiv. weighs each Hessian by its measured time in passes instead)")
+
+
+def fitlib_passes(fit: dict) -> dict:
+    """fitlib-fit's evaluation counts (JSON `evaluations`) and their weighted total in template reads."""
+    ev = fit.get("evaluations") or {}
+    v, g, h, H = (int(ev.get(k, 0)) for k in ("values", "gradients", "hvps", "hessians"))
+    return dict(iterations=fit.get("iterations"), values=v, gradients=g, hvps=h, hessians=H,
+                passes=max(v, g) + PASS_WEIGHTS["hvp"] * h + PASS_WEIGHTS["hessian"] * H)
+
+
+def parse_fitlib_log(text: str) -> dict:
+    """Rejected trust-region steps (lines marked '(rejected)' plus folded runs '… N more steps
+    rejected') and the stop line of fitlib-fit's progress output on stderr."""
+    rejected = len(re.findall(r"\(rejected\)", text))
+    rejected += sum(int(n) for n in re.findall(r"(\d+) more steps? rejected", text))
+    stop = re.findall(r"^stopped: (.*)$", text, re.M)
+    return dict(rejected_steps=rejected, stop=stop[-1].strip() if stop else None)
+
+
+def run_fitlib(exe: Path, tensor: Path, outdir: Path, config: str, threads: int, timeout: float,
+               extra: list[str] = (), tag: str | None = None) -> dict:
+    """Runs fitlib-fit once (with `extra` arguments; its files are named `tag`, default the config)
+    and reads its JSON summary; never raises (errors go to 'error')."""
     import results
 
+    tag = tag or config
     outdir.mkdir(parents=True, exist_ok=True)
-    result = outdir / f"{config}.hdf5"
+    result = outdir / f"{tag}.hdf5"
     summary = result.with_suffix(".json")
     for stale in (result, summary):
         if stale.exists():
             stale.unlink()
-    cmd = fitlib_command(exe, tensor, result, config, threads)
+    cmd = fitlib_command(exe, tensor, result, config, threads, extra)
     row = dict(command=cmd, error=None)
     if not exe.exists():
         row["error"] = f"fitlib-fit not found at {exe} (build it, or pass --fitlib)"
         return row
-    rc, wall, cpu, err = run_timed(cmd, fitter_env(threads, plugin_path=True), outdir / f"{config}.log", timeout)
+    log = outdir / f"{tag}.log"
+    rc, wall, cpu, err = run_timed(cmd, fitter_env(threads, plugin_path=True), log, timeout)
     row.update(wall_seconds=wall, cpu_seconds=cpu)
-    if rc != 0:
+    if log.exists():
+        row.update(parse_fitlib_log(log.read_text(errors="replace")))
+    if rc not in (0, 3):  # 3: a fit that did not converge, whose results are still written
         row["error"] = err
         return row
     try:
@@ -401,10 +490,46 @@ def run_fitlib(exe: Path, tensor: Path, outdir: Path, config: str, threads: int,
     except ValueError as ex:
         row["error"] = str(ex)
         return row
-    row.update(fit=fit, status=fit.get("status"), converged=fit.get("converged"),
-               total_seconds=(fit.get("timing") or {}).get("total_seconds"),
-               minimize_seconds=(fit.get("timing") or {}).get("minimize_seconds"))
+    timing = fit.get("timing") or {}
+    row.update(fit=fit, status=fit.get("status"), converged=fit.get("converged"), edm=fit.get("edm"),
+               total_seconds=timing.get("total_seconds"), minimize_seconds=timing.get("minimize_seconds"),
+               postfit_seconds=timing.get("postfit_seconds"), passes=fitlib_passes(fit))
+    if rc != 0:  # still a FAIL of the row, with its counts recorded
+        row["error"] = f"{err}; status {fit.get('status')}"
     return row
+
+
+def hessian_weights(rows: list[dict]) -> None:
+    """The cost of one dense Hessian in passes, measured per (tensor, configuration) from the rows'
+    minimisation times (fitlib-fit's `minimize_seconds`, which covers the minimiser and the
+    covariance's Hessian and inversion, not reading or writing): a least-squares fit of
+    minimize_seconds = P·t_pass + H·t_hessian over the rows of that tensor, with P = max(values,
+    gradients) + HVPs and H = Hessians. It needs two rows whose (P, H) differ in ratio, e.g. the
+    default trust-krylov (one Hessian, the covariance's) and trust-exact (one per iteration):
+    --fitlib-variant. Sets fitlib["hessian_weight"] = t_hessian / t_pass and
+    fitlib["pass_equivalents"] = P + hessian_weight x H. The time of the minimiser's own algebra
+    (GLTR's tridiagonal solves, trust-exact's factorisations of the n x n model) is absorbed in t_pass
+    and t_hessian, so this is an estimate; with two rows it is an exact solve that checks nothing itself."""
+    import numpy as np
+
+    groups = {}
+    for r in rows:
+        fl = r["fitlib"]
+        p = fl.get("passes")
+        if p and fl.get("minimize_seconds") and not fl.get("error"):
+            groups.setdefault((r["tensor"], r["config"]), []).append(r)
+    for members in groups.values():
+        A = np.array([[max(r["fitlib"]["passes"]["values"], r["fitlib"]["passes"]["gradients"]) + r["fitlib"]["passes"]["hvps"],
+                       r["fitlib"]["passes"]["hessians"]] for r in members], dtype=float)
+        b = np.array([r["fitlib"]["minimize_seconds"] for r in members])
+        if len(members) < 2 or np.linalg.matrix_rank(A / np.maximum(A.sum(axis=1, keepdims=True), 1)) < 2:
+            continue
+        (t_pass, t_hess), *_ = np.linalg.lstsq(A, b, rcond=None)
+        if not (t_pass > 0 and t_hess > 0):
+            continue
+        for r, (P, H) in zip(members, A):
+            r["fitlib"].update(hessian_weight=t_hess / t_pass, pass_equivalents=P + t_hess / t_pass * H,
+                               seconds_per_pass=t_pass)
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,6 +541,12 @@ def judge(row: dict) -> None:
 
     rb, fl = row["rabbit"], row["fitlib"]
     failures = []
+    if rb.get("skipped"):  # fitlib only: judged by its own convergence
+        if fl.get("error"):
+            failures.append(f"fitlib: {fl['error']}")
+        row["failures"] = failures
+        row["pass"] = not failures
+        return
     if rb.get("error"):
         failures.append(f"rabbit: {rb['error']}")
     if fl.get("error"):
@@ -464,7 +595,7 @@ def row_line(row: dict) -> str:
     text = (f"{row['name']:<30s} bins={row['bins']:<6d} systs={row['systs']:<5d} "
             f"max|dx|/s={fmt_num(c.get('max_dx_over_sigma'))} max|ds/s|={fmt_num(c.get('max_dsigma_over_sigma'))} "
             f"|dNLL|={fmt_num(c.get('abs_dnll'))}  rabbit {fmt_seconds(rb.get('wall_seconds'))}  "
-            f"fitlib {fmt_seconds(fl.get('wall_seconds'))}  ratio {speed}  {'PASS' if row['pass'] else 'FAIL'}")
+            f"fitlib {fmt_seconds(fl.get('wall_seconds'))}  ratio {speed}  {result_text(row)}")
     if row["failures"]:
         text += "  (" + "; ".join(f[:300] for f in row["failures"]) + ")"
     if fl.get("converged") is False:
@@ -472,6 +603,44 @@ def row_line(row: dict) -> str:
     if rb.get("hit_maxiter"):
         text += f"  [rabbit ran to maxiter: {rabbit_iterations(rb)}]"
     return text
+
+
+def result_text(row: dict) -> str:
+    if row["rabbit"].get("skipped"):
+        return "fitlib only" if row["pass"] else "FAIL (fitlib only)"
+    return "PASS" if row["pass"] else "FAIL"
+
+
+def markdown_table(header: tuple, table: list[tuple]) -> None:
+    widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for t in table:
+        print(line(t))
+
+
+def print_passes_table(rows: list[dict]) -> None:
+    """Passes over the templates per fit (fitlib_passes, hessian_weights) and CPU seconds of both programs."""
+    print(PASS_WEIGHTS_TEXT)
+    header = ("row", "fitlib args", "iters", "values", "gradients", "HVPs", "Hessians", "passes", "Hessian in passes",
+              "pass-equiv.", "rejected", "EDM", "status", "fitlib CPU", "rabbit CPU", "rabbit iters", "rabbit/fitlib CPU",
+              "max|dx|/σ")
+    table = []
+    for r in rows:
+        fl, rb, c = r["fitlib"], r["rabbit"], r.get("cmp", {})
+        p = fl.get("passes") or {}
+        ratio = (rb["cpu_seconds"] / fl["cpu_seconds"]) if rb.get("cpu_seconds") and fl.get("cpu_seconds") and c else None
+        table.append((r["name"], " ".join(r.get("fitlib_args") or []) or "(default)", str(p.get("iterations", "-")),
+                      str(p.get("values", "-")), str(p.get("gradients", "-")), str(p.get("hvps", "-")),
+                      str(p.get("hessians", "-")), str(p.get("passes", "-")), fmt_num(fl.get("hessian_weight"), ".1f"),
+                      fmt_num(fl.get("pass_equivalents"), ".0f"), str(fl.get("rejected_steps", "-")),
+                      fmt_num(fl.get("edm"), ".1e"), str(fl.get("status") or fl.get("error") or "-")[:60],
+                      fmt_seconds(fl.get("cpu_seconds")),
+                      "skipped" if rb.get("skipped") else fmt_seconds(rb.get("cpu_seconds")),
+                      "-" if rb.get("skipped") else rabbit_iterations(rb),
+                      f"{ratio:.1f}x" if ratio else "-", fmt_num(c.get("max_dx_over_sigma"))))
+    markdown_table(header, table)
 
 
 def print_table(rows: list[dict]) -> None:
@@ -485,13 +654,8 @@ def print_table(rows: list[dict]) -> None:
                       fmt_seconds(rb.get("wall_seconds")), fmt_seconds(rb.get("fit_seconds")),
                       rabbit_iterations(rb), fmt_seconds(fl.get("wall_seconds")),
                       fmt_seconds(fl.get("minimize_seconds")),
-                      f"{r['speedup']:.1f}x" if r.get("speedup") else "-", "PASS" if r["pass"] else "FAIL"))
-    widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
-    print(line(header))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for t in table:
-        print(line(t))
+                      f"{r['speedup']:.1f}x" if r.get("speedup") else "-", result_text(r)))
+    markdown_table(header, table)
 
 
 def strip_for_json(row: dict) -> dict:
@@ -521,6 +685,13 @@ def compare_main(args: argparse.Namespace) -> None:
     tensor_dir.mkdir(parents=True, exist_ok=True)
     exe = (ROOT / args.fitlib).resolve() if not os.path.isabs(args.fitlib) else Path(args.fitlib)
     only = re.compile(args.only) if args.only else None
+    skip_rabbit = re.compile(args.skip_rabbit) if args.skip_rabbit else None
+    variants = [("", [])]
+    for item in args.fitlib_variant:
+        vname, sep, vargs = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", vname):
+            sys.exit(f"compare_rabbit.py: --fitlib-variant wants NAME=ARGS with NAME of letters, digits, _ . -; got {item!r}")
+        variants.append((vname, shlex.split(vargs)))
 
     rows = []
     try:
@@ -545,7 +716,10 @@ def compare_main(args: argparse.Namespace) -> None:
                 name = f"{spec['name']}/{config}"
                 rdir = workdir / "rabbit" / spec["name"] / config
                 cached = rabbit_cached(rdir, sha, config, threads) if (args.keep and args.reuse_rabbit) else None
-                if cached:
+                if skip_rabbit and skip_rabbit.search(name):
+                    rb = dict(skipped=True, error=None)
+                    print(f"   rabbit {config}: skipped (--skip-rabbit)", flush=True)
+                elif cached:
                     rb = cached
                     print(f"   rabbit {config}: reused {rdir}", flush=True)
                 else:
@@ -555,12 +729,15 @@ def compare_main(args: argparse.Namespace) -> None:
                     print(f"   rabbit {config}: {fmt_seconds(rb['wall_seconds'])} wall ({fmt_seconds(rb['cpu_seconds'])} "
                           f"CPU), fit {fmt_seconds(rb.get('fit_seconds'))}, {rabbit_iterations(rb)} iterations"
                           + (f", ERROR {rb['error']}" if rb.get("error") else ""), flush=True)
-                fl = run_fitlib(exe, path, workdir / "fitlib" / spec["name"], config, threads, args.fitlib_timeout)
-                row = dict(name=name, tensor=spec["name"], config=config, **shape, tensor_sha256=sha,
-                           rabbit=rb, fitlib=fl)
-                judge(row)
-                rows.append(row)
-                print("   " + row_line(row), flush=True)
+                for vname, vargs in variants:
+                    fl = run_fitlib(exe, path, workdir / "fitlib" / spec["name"], config, threads, args.fitlib_timeout,
+                                    vargs, f"{config}_{vname}" if vname else config)
+                    row = dict(name=f"{name}:{vname}" if vname else name, tensor=spec["name"], config=config,
+                               variant=vname or "default", fitlib_args=vargs, **shape, tensor_sha256=sha,
+                               rabbit=rb, fitlib=fl)
+                    judge(row)
+                    rows.append(row)
+                    print("   " + row_line(row), flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -570,10 +747,14 @@ def compare_main(args: argparse.Namespace) -> None:
         print(row_line(row))
     print()
     print_table(rows)
+    hessian_weights(rows)
+    print()
+    print_passes_table(rows)
     speedups = [r["speedup"] for r in rows if r.get("speedup")]
     if args.out:
         doc = dict(versions=vers, threads=threads, cores=os.cpu_count(), compression=args.compression,
                    targets=dict(dx_over_sigma=TARGET_DX, dsigma_over_sigma=TARGET_DSIGMA, dnll=TARGET_DNLL),
+                   pass_weights=dict(PASS_WEIGHTS, text=PASS_WEIGHTS_TEXT),
                    rows=[strip_for_json(r) for r in rows],
                    min_speedup_vs_rabbit=min(speedups) if speedups else None)
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")

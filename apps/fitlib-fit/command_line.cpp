@@ -11,9 +11,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -40,14 +41,29 @@ int fail(const Args& a, const char* library_message) {
   return 2;
 }
 
+#ifdef FITLIB_FIT_MPI
+/// Whether an MPI launcher (mpirun or mpiexec of Open MPI, MPICH or Intel MPI, srun with PMI or PMIx) started this
+/// process: only then is MPI initialised, since a singleton's start-up alone takes a third of a second, more than a
+/// small fit. FITLIB_MPI=1 asks for MPI under a launcher these variables miss.
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"})
+    if (const char* s = std::getenv(v); s != nullptr && *s != '\0') return true;
+  const char* forced = std::getenv("FITLIB_MPI");
+  return forced != nullptr && std::string(forced) == "1";
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a;
 #ifdef FITLIB_FIT_MPI
-  const mpi::Session mpi_session(&argc, &argv);
-  a.rank = mpi::rank_of(MPI_COMM_WORLD);
-  a.ranks = mpi::size_of(MPI_COMM_WORLD);
+  std::optional<mpi::Session> mpi_session;
+  if (launched_by_mpi()) {
+    mpi_session.emplace(&argc, &argv);
+    a.rank = mpi::rank_of(MPI_COMM_WORLD);
+    a.ranks = mpi::size_of(MPI_COMM_WORLD);
+  }
 #endif
   if (const std::optional<int> rc = parse_command_line(argc, argv, a)) return *rc;
 

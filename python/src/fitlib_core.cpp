@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "fitlib/io/rabbit.hpp"
+#include "fitlib/io/results.hpp"
 #include "fitlib/version.hpp"
 #include "runs.hpp"
 
@@ -404,6 +405,21 @@ PyImpacts py_impacts(const PyModel& m, const PyFitResult& r, bool global) {
   return PyImpacts{std::make_shared<const Impacts>(postfit(f, [&](auto p) { return p.impacts(f, global); })), global};
 }
 
+/// Row `target` of an impacts table (`values`, columns `columns`) as a dict by column name; a KeyError naming the targets.
+nb::dict by_name(const PyImpacts& i, const std::string& target, const std::vector<std::string>& columns, const std::vector<double>& values) {
+  const auto& targets = i.impacts->targets;
+  const auto it = std::find(targets.begin(), targets.end(), target);
+  if (it == targets.end()) {
+    std::string names;
+    for (const auto& t : targets) names += (names.empty() ? "'" : ", '") + t + "'";
+    throw nb::key_error(("no impacts on '" + target + "'; the targets are " + names).c_str());
+  }
+  const auto t = static_cast<std::size_t>(it - targets.begin());
+  nb::dict d;
+  for (std::size_t c = 0; c < columns.size(); ++c) d[columns[c].c_str()] = values[t * columns.size() + c];
+  return d;
+}
+
 /// A profile scan, shared with the arrays that view it.
 struct PyScan {
   std::shared_ptr<const Scan> scan;
@@ -635,6 +651,16 @@ void bind_fit(nb::module_& m) {
       .def_prop_ro("gradient", [vec](const PyFitResult& r) { return vec(r, r.outcome->result.gradient); }, "at the minimum, [n]")
       .def_prop_ro("covariance", [](const PyFitResult& r) { return matrix(r.outcome, r.outcome->result.covariance); },
                    "[n, n], zero rows and columns for frozen parameters; None without covariance")
+      .def_prop_ro("correlation",
+                   [](const PyFitResult& r) -> nb::object {
+                     const std::size_t n = r.outcome->result.x.size();
+                     if (r.outcome->result.covariance.size() != n * n) return nb::none();
+                     // as the results file's (io::write_results): 1 on the diagonal of a free parameter, 0 for a frozen one
+                     auto c = std::make_shared<const std::vector<double>>(io::detail::correlation(r.outcome->result.covariance, n));
+                     const double* data = c->data();
+                     return view(std::move(c), data, {n, n}, {std::int64_t{1}, static_cast<std::int64_t>(n)});  // column-major
+                   },
+                   "[n, n] from the covariance, as the results file's; None without covariance")
       .def_prop_ro("hessian", [](const PyFitResult& r) { return matrix(r.outcome, r.outcome->result.hessian); },
                    "[n, n] at the minimum; None without covariance")
       .def_prop_ro("frozen", [](const PyFitResult& r) { return bools(r.outcome->result.frozen); }, "[n]")
@@ -785,6 +811,10 @@ void bind_fit(nb::module_& m) {
                      return view(i.impacts, i.impacts->grouped.data(), {i.impacts->targets.size(), i.impacts->groups.size()});
                    },
                    "[targets, groups]: each group's impact on each target")
+      .def("of", [](const PyImpacts& i, const std::string& target) { return by_name(i, target, i.impacts->sources, i.impacts->values); },
+           "target"_a, "each parameter's impact on `target`, by name (as fitlib.results.Impacts.of)")
+      .def("grouped_of", [](const PyImpacts& i, const std::string& target) { return by_name(i, target, i.impacts->groups, i.impacts->grouped); },
+           "target"_a, "each group's impact on `target`, by name")
       .def("__repr__", [](const PyImpacts& i) {
         return std::string(i.global ? "Global impacts" : "Impacts") + "(" + std::to_string(i.impacts->targets.size()) + " targets, " +
                std::to_string(i.impacts->sources.size()) + " parameters, " + std::to_string(i.impacts->groups.size()) + " groups)";
@@ -803,6 +833,13 @@ void bind_fit(nb::module_& m) {
                      return names;
                    },
                    "each point's fit status")
+      .def_prop_ro("converged",
+                   [](const PyScan& s) {
+                     std::vector<bool> c;
+                     for (FitStatus st : s.scan->status) c.push_back(fitlib::converged(st));
+                     return bools(c);
+                   },
+                   "whether each point's fit converged")
       .def("__repr__", [](const PyScan& s) { return "Scan('" + s.scan->parameter + "', " + std::to_string(s.scan->values.size()) + " points)"; });
 
   m.def("impacts", [](const PyModel& mo, const PyFitResult& r) { return py_impacts(mo, r, false); }, "model"_a, "result"_a,

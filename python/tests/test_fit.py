@@ -248,6 +248,10 @@ def test_impacts_are_fitlib_fits(demo, demo_fit, demo_postfit_reference, kind):
             assert_same_bits(impacts.values[t, impacts.sources.index(name)], value)
         for group, value in want["groups"].items():
             assert_same_bits(impacts.grouped[t, impacts.groups.index(group)], value)
+        assert impacts.of(target) == dict(zip(impacts.sources, impacts.values[t].tolist()))
+        assert impacts.grouped_of(target) == dict(zip(impacts.groups, impacts.grouped[t].tolist()))
+    with pytest.raises(KeyError, match="no impacts on 'lumi'; the targets are 'signal'"):
+        impacts.of("lumi")
 
 
 def test_scan_is_fitlib_fits(demo, demo_fit, demo_postfit_reference):
@@ -257,6 +261,7 @@ def test_scan_is_fitlib_fits(demo, demo_fit, demo_postfit_reference):
     assert_same_bits(scan.values, numbers(want["values"]))
     assert_same_bits(scan.dnll, numbers(want["dnll"]))
     assert scan.dnll[3] == 0 and (scan.dnll >= 0).all()
+    assert scan.converged.all() and scan.converged.dtype == bool
 
 
 def test_postfit_errors(demo, demo_fit):
@@ -358,6 +363,8 @@ def test_run_is_fitlib_fit(demo, demo_fit, tmp_path, caplog):
     assert_same_bits(fit.x, demo_fit.x)
     assert_same_bits(fit.nll, demo_fit.nll)
     assert_same_bits(fit.impacts.values, fitlib.impacts(demo, demo_fit).values)
+    assert_same_bits(fit.covariance, demo_fit.covariance)
+    assert_same_bits(fit.correlation, demo_fit.correlation)
     said = [r.getMessage() for r in caplog.records if r.name == "fitlib"]
     assert any(m.startswith("fitlib-fit: fit 'data'") for m in said)  # its stderr, line by line
 
