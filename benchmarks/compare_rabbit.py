@@ -88,6 +88,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from markdown import markdown_table  # benchmarks/markdown.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 HELPERS = ROOT / "benchmarks" / "rabbit"
 REQUIREMENTS = HELPERS / "requirements.txt"
@@ -609,15 +611,6 @@ def result_text(row: dict) -> str:
     if row["rabbit"].get("skipped"):
         return "fitlib only" if row["pass"] else "FAIL (fitlib only)"
     return "PASS" if row["pass"] else "FAIL"
-
-
-def markdown_table(header: tuple, table: list[tuple]) -> None:
-    widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
-    print(line(header))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for t in table:
-        print(line(t))
 
 
 def print_passes_table(rows: list[dict]) -> None:

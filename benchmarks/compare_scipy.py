@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from markdown import markdown_table  # benchmarks/markdown.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "scipy-trust-region"
 DRIVER_TARGET = "fitlib_scipy_problems"
@@ -237,12 +239,7 @@ def main() -> None:
                       f"fitlib {fl['values']}/{fl['hvps']} ({fl['scipy_hessp']})/{fl['hessians']};  runs {s['runs']}/{fl['runs']};  "
                       f"fitlib status: {fl['status']}")
     print()
-    widths = [max(len(h), *(len(r[i]) for r in table)) if table else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
-    print(line(header))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in table:
-        print(line(r))
+    markdown_table(header, table)
     print()
     print(f"min_speedup_vs_scipy={min(speedups):.3g}" if speedups else "min_speedup_vs_scipy=nan")
 
