@@ -145,7 +145,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
   app.add_option("--scanRange", a.scan_range, "scan half-width in postfit σ")->capture_default_str();
   auto* unblind = app.add_option("--unblind", a.unblind, "data fits report POIs and NOIs blinded (fixed, name-seeded offsets) unless unblinded here: no values = all, else the names/regexes given")
                       ->expected(0, -1);
-  app.add_option("--threads", a.threads, "threads: the bins split into as many shards, evaluated concurrently (results depend on the count only through the order of the shard sums)")
+  app.add_option("--threads", a.threads, "threads: the bins split into as many shards, evaluated concurrently; 0 (the default): every core "
+                 "this process may use, as many as the unmasked bins allow (one per rank under mpirun); results depend on the count "
+                 "only through the order of the shard sums")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -207,7 +209,7 @@ void check_arguments(Args& a) {
   };
   once(a.scan);
   once(a.scan2d);
-  if (a.threads < 1) throw usage_error("--threads must be ≥ 1, got " + std::to_string(a.threads));
+  if (a.threads < 0) throw usage_error("--threads must be ≥ 1, or 0 for every core, got " + std::to_string(a.threads));
   if (a.max_meta_mib < 1 || a.max_meta_mib > (std::int64_t{1} << 20))
     throw usage_error("--maxMetaMiB must be from 1 to 1048576 (1 TiB), got " + std::to_string(a.max_meta_mib));
   if (!(a.max_compression_ratio >= 1))

@@ -55,7 +55,7 @@ struct Args {
   double scan_range = 3;
   std::vector<std::string> unblind;
   bool unblind_all = false;
-  int threads = 1;
+  int threads = 0;  ///< --threads; 0: every core, as many as the bins allow (own_shards sets it)
   index_t rank = 0, ranks = 1;  ///< this process's MPI rank and the number of ranks (1 without mpirun)
 };
 

@@ -70,13 +70,13 @@ int main(int argc, char** argv) {
   try {
     check_arguments(a);
     find_filter_plugins(a.plugin_path, a.ranks, a.rank == 0);
+    const std::vector<BinRange> shards = own_shards(a);  // first: it sets --threads' default
     const LikelihoodOptions lo = likelihood_options(a);
     const auto t0 = std::chrono::steady_clock::now();
     io::RabbitReadOptions ro;
     ro.allow_negative_yields = a.allow_negative_expectation;
     ro.max_meta_bytes = static_cast<std::size_t>(a.max_meta_mib) << 20;  // 1 … 2²⁰ MiB (check_arguments)
     if (!a.systematic_type.empty()) ro.systematic_type = a.systematic_type == "normal" ? SystematicType::normal : SystematicType::log_normal;
-    const std::vector<BinRange> shards = own_shards(a);
     io::RabbitTensor in = read_input(a, ro, shards);
     if (!in.meta_skipped.empty() && a.rank == 0) std::fprintf(stderr, "fitlib-fit: note: %s\n", in_command_line_terms(in.meta_skipped).c_str());
     if (!in.channels_skipped.empty() && a.rank == 0 && !a.quiet) std::fprintf(stderr, "fitlib-fit: note: %s\n", in.channels_skipped.c_str());

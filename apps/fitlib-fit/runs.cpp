@@ -4,17 +4,29 @@
 
 namespace fitlib::cli {
 
-std::vector<BinRange> own_shards(const Args& a) {
+std::vector<BinRange> own_shards(Args& a) {
+  // --threads' default: every core in one process (cpu::default_threads, halved below until the bins split), one
+  // thread per MPI rank (the ranks take the cores).
+  const bool automatic = a.threads == 0 && a.ranks == 1;
+  if (a.threads == 0) a.threads = automatic ? cpu::available_cores() : 1;
+  std::vector<BinRange> all;
+  if (a.rank == 0)
+    while (a.threads * a.ranks > 1) {
+      try {
+        all = io::rabbit_partition(a.input, a.threads * a.ranks);
+        break;
+      } catch (const usage_error& e) {  // more shards than bins
+        if (automatic) {
+          a.threads /= 2;
+          continue;
+        }
+        throw usage_error("--threads " + std::to_string(a.threads) + (a.ranks > 1 ? " on each of " + std::to_string(a.ranks) + " ranks" : "") +
+                          " exceeds what the tensor allows (each thread takes a shard of its bins): " + e.what());
+      }
+    }
   if (a.threads * a.ranks == 1) return {};
   std::vector<index_t> bounds(static_cast<std::size_t>(2 * a.threads * a.ranks));
   if (a.rank == 0) {
-    std::vector<BinRange> all;
-    try {
-      all = io::rabbit_partition(a.input, a.threads * a.ranks);
-    } catch (const usage_error& e) {  // more shards than bins
-      throw usage_error("--threads " + std::to_string(a.threads) + (a.ranks > 1 ? " on each of " + std::to_string(a.ranks) + " ranks" : "") +
-                        " exceeds what the tensor allows (each thread takes a shard of its bins): " + e.what());
-    }
     for (std::size_t r = 0; const BinRange& b : all) {
       bounds[2 * r] = b.begin;
       bounds[2 * r++ + 1] = b.end;

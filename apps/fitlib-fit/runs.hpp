@@ -18,6 +18,7 @@
 
 #include "blinding.hpp"
 #include "command_line.hpp"
+#include "fitlib/device/cores.hpp"
 #include "fitlib/fit.hpp"
 #include "fitlib/io/rabbit.hpp"
 #include "fitlib/io/results.hpp"
@@ -72,8 +73,9 @@ struct Fits {
 
 /// This process's shards when the bins are split (--threads, mpirun): its --threads consecutive
 /// parts of io::rabbit_partition over every thread of every rank, worked out by rank 0 alone (it
-/// streams a sparse tensor's indices) and broadcast; empty for one shard.
-std::vector<BinRange> own_shards(const Args& a);
+/// streams a sparse tensor's indices) and broadcast; empty for one shard. Sets --threads' default (0):
+/// every core, as many as the bins allow, in one process; one thread per MPI rank.
+std::vector<BinRange> own_shards(Args& a);
 /// The tensor; with shards, everything but the systematic tensor, which each shard reads for its
 /// own bins on its own thread, so the process holds one bin's rows beside them. Rank 0 alone
 /// streams the file for its SHA-256.

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "fitlib/device/cores.hpp"
 #include "fitlib/io/rabbit.hpp"
 #include "fitlib/io/results.hpp"
 #include "fitlib/version.hpp"
@@ -182,6 +183,18 @@ PyModel py_with_channels(const PyModel& m, const nb::list& channels) {
 /// A C-contiguous double array from Python (converted when it is not one), as nanobind passes it.
 using Array = nb::ndarray<const double, nb::c_contig, nb::device::cpu>;
 
+/// `h` as a C-contiguous double array: a numpy array of any dtype and order, or a list or tuple of numbers (nanobind
+/// converts only arrays); a usage_error naming `what` for anything else.
+Array array_of(const nb::handle& h, const char* what) {
+  nb::object a;
+  try {
+    a = nb::module_::import_("numpy").attr("ascontiguousarray")(h, "dtype"_a = "float64");
+  } catch (const nb::python_error& e) {
+    throw usage_error(std::string(what) + " is not an array of numbers (" + e.what() + ")");
+  }
+  return nb::cast<Array>(a);  // holds a reference to `a`'s data
+}
+
 /// The values of `a`, checked to have the shape `shape` (-1: any extent), naming `what` otherwise.
 std::vector<double> values_of(const Array& a, const char* what, std::initializer_list<std::int64_t> shape) {
   bool ok = a.ndim() == shape.size();
@@ -205,12 +218,13 @@ index_t index_of(const std::vector<std::string>& names, const std::string& name,
 }
 
 /// Model.from_arrays: a dense model in rabbit's layout (its TensorWriter's hnorm, hlogk, hsumw2, …).
-PyModel py_from_arrays(const Array& nominal, const Array& logk, const Array& data, const std::vector<std::string>& processes,
+PyModel py_from_arrays(const nb::handle& nominal_in, const nb::handle& logk_in, const nb::handle& data_in, const std::vector<std::string>& processes,
                        const std::vector<std::string>& signal, const std::vector<std::string>& systematics,
-                       std::optional<std::vector<std::tuple<std::string, index_t, bool>>> channels, std::optional<Array> sumw2,
-                       std::optional<Array> data_variance, std::optional<Array> constraint_weights,
+                       std::optional<std::vector<std::tuple<std::string, index_t, bool>>> channels, const nb::handle& sumw2,
+                       const nb::handle& data_variance, const nb::handle& constraint_weights,
                        const nb::dict& groups, const std::vector<std::string>& nois,
                        const std::string& systematic_type, bool allow_negative_yields) {
+  const Array nominal = array_of(nominal_in, "nominal"), logk = array_of(logk_in, "logk"), data = array_of(data_in, "data");
   if (nominal.ndim() != 2) throw model_error("nominal must be [bins, processes] (every bin, masked channels last)");
   const auto bf = static_cast<std::int64_t>(nominal.shape(0)), np = static_cast<std::int64_t>(processes.size()),
              ns = static_cast<std::int64_t>(systematics.size());
@@ -236,10 +250,11 @@ PyModel py_from_arrays(const Array& nominal, const Array& logk, const Array& dat
   mo.templates = std::move(t);
   const std::int64_t nb = mo.nbins();
   mo.data = values_of(data, "data", {nb});
-  if (sumw2) mo.sumw2 = values_of(*sumw2, "sumw2", {bf, np});
-  if (data_variance) mo.data_variance = values_of(*data_variance, "data_variance", {nb});
+  if (!sumw2.is_none()) mo.sumw2 = values_of(array_of(sumw2, "sumw2"), "sumw2", {bf, np});
+  if (!data_variance.is_none()) mo.data_variance = values_of(array_of(data_variance, "data_variance"), "data_variance", {nb});
   mo.theta0.assign(static_cast<std::size_t>(ns), 0.0);
-  mo.constraint_weights = constraint_weights ? values_of(*constraint_weights, "constraint_weights", {ns}) : std::vector<double>(static_cast<std::size_t>(ns), 1.0);
+  mo.constraint_weights = constraint_weights.is_none() ? std::vector<double>(static_cast<std::size_t>(ns), 1.0)
+                                                       : values_of(array_of(constraint_weights, "constraint_weights"), "constraint_weights", {ns});
   mo.poi_default.assign(static_cast<std::size_t>(mo.npoi()), 1.0);
   mo.allow_negative_yields = allow_negative_yields;
   mo.systematic_type = choose<SystematicType>("systematic_type", systematic_type,
@@ -323,7 +338,8 @@ class Progress {
 /// (command_line.cpp: likelihood_options).
 FitSettings settings_of(const PyModel& m, bool bin_by_bin, const std::string& bin_by_bin_mode, const std::string& bin_by_bin_type,
                         const std::string& data_term, bool allow_negative_poi, index_t threads) {
-  if (threads < 1) throw usage_error("threads must be ≥ 1, got " + std::to_string(threads));
+  if (threads < 0) throw usage_error("threads must be ≥ 1, or 0 for every core, got " + std::to_string(threads));
+  if (threads == 0) threads = cpu::default_threads(m.model->nbins());  // fitlib-fit's default
   FitSettings s;
   s.likelihood.data_term = choose<DataTerm>("data_term", data_term,
                                             {{"poisson", DataTerm::poisson}, {"chisq", DataTerm::chisq}, {"covariance", DataTerm::covariance}});
@@ -374,7 +390,8 @@ struct PyLikelihood {
   std::mutex mutex;  ///< one evaluation at a time: the passes keep their buffers, and evaluations release the GIL
 
   /// `x` as the likelihood's point, checked to be [n].
-  std::vector<double> point(const Array& x, const char* what) const {
+  std::vector<double> point(const nb::handle& h, const char* what) const {
+    const Array x = array_of(h, what);
     const auto n = static_cast<std::size_t>(lik->size());
     if (x.ndim() != 1 || x.shape(0) != n)
       throw usage_error(std::string(what) + " must be a vector of the " + std::to_string(n) + " parameters (Likelihood.names), got " +
@@ -697,7 +714,7 @@ void bind_fit(nb::module_& m) {
         "cannot decode them).");
   m.def("fit", &py_fit, "model"_a, nb::kw_only(), "bin_by_bin"_a = true, "bin_by_bin_mode"_a = "lite", "bin_by_bin_type"_a = "automatic",
         "data_term"_a = "poisson", "allow_negative_poi"_a = false, "frozen"_a = std::vector<std::string>(), "covariance"_a = true,
-        "threads"_a = 1, "edm_tol"_a = 1e-12, "max_iterations"_a = 0, "progress"_a = false,
+        "threads"_a = 0, "edm_tol"_a = 1e-12, "max_iterations"_a = 0, "progress"_a = false,
         "Fits the model's observed data; the defaults are fitlib-fit's, so that fit(model) is `fitlib-fit TENSOR -t 0 --unblind`.\n\n"
         "bin_by_bin: Barlow-Beeston bin-by-bin statistics (--noBinByBinStat turns them off); bin_by_bin_mode: 'lite' or 'full'; "
         "bin_by_bin_type: 'automatic', 'gamma', 'normal-multiplicative' or 'normal-additive' (--binByBinStatType).\n"
@@ -705,7 +722,8 @@ void bind_fit(nb::module_& m) {
         "allow_negative_poi: POIs act linearly, mu = x (--allowNegativePOI).\n"
         "frozen: parameters held at their start, names or regular expressions (--freezeParameters).\n"
         "covariance: compute the covariance at the minimum (histograms need it).\n"
-        "threads: the bins split into as many shards, evaluated concurrently (--threads).\n"
+        "threads: the bins split into as many shards, evaluated concurrently (--threads); 0: every core this process may use, "
+        "as many as the unmasked bins allow (fitlib-fit's default).\n"
         "edm_tol: converged when the EDM is below it (--minimizerEdmTol); max_iterations: 0 is 200 per parameter (--minimizerMaxiter).\n"
         "progress: a tqdm bar of the iterations where tqdm is installed, else a line per iteration on stderr (always: a line per "
         "iteration on the logger 'fitlib' at DEBUG, and the outcome at INFO).\n"
@@ -724,13 +742,13 @@ void bind_fit(nb::module_& m) {
              new (self) PyLikelihood{m.model, std::move(held), {}};
            },
            "model"_a, nb::kw_only(), "bin_by_bin"_a = true, "bin_by_bin_mode"_a = "lite", "bin_by_bin_type"_a = "automatic",
-           "data_term"_a = "poisson", "allow_negative_poi"_a = false, "threads"_a = 1, "fitlib.fit's likelihood keywords, with its defaults.")
+           "data_term"_a = "poisson", "allow_negative_poi"_a = false, "threads"_a = 0, "fitlib.fit's likelihood keywords, with its defaults.")
       .def_prop_ro("names", [](const PyLikelihood& l) { return l.model->parameter_names(); }, "the parameters: the POIs, then the systematics")
       .def_prop_ro("x0", [](const PyLikelihood& l) { return owning(l.lik->default_parameters(), {static_cast<std::size_t>(l.lik->size())}); },
                    "the default point, where fitlib.fit starts")
       .def("__len__", [](const PyLikelihood& l) { return l.lik->size(); })
       .def("value",
-           [](PyLikelihood& l, const Array& x) {
+           [](PyLikelihood& l, const nb::handle& x) {
              const std::vector<double> p = l.point(x, "x");
              const nb::gil_scoped_release released;
              const std::lock_guard lock(l.mutex);
@@ -738,7 +756,7 @@ void bind_fit(nb::module_& m) {
            },
            "x"_a, "the NLL at x")
       .def("value_and_gradient",
-           [](PyLikelihood& l, const Array& x) {
+           [](PyLikelihood& l, const nb::handle& x) {
              const std::vector<double> p = l.point(x, "x");
              std::vector<double> g(p.size());
              double f = 0;
@@ -751,7 +769,7 @@ void bind_fit(nb::module_& m) {
            },
            "x"_a, "(NLL, gradient) at x, in one pass")
       .def("gradient",
-           [](PyLikelihood& l, const Array& x) {
+           [](PyLikelihood& l, const nb::handle& x) {
              const std::vector<double> p = l.point(x, "x");
              std::vector<double> g(p.size());
              {
@@ -763,7 +781,7 @@ void bind_fit(nb::module_& m) {
            },
            "x"_a, "the gradient at x")
       .def("hessp",
-           [](PyLikelihood& l, const Array& x, const Array& v) {
+           [](PyLikelihood& l, const nb::handle& x, const nb::handle& v) {
              const std::vector<double> p = l.point(x, "x"), d = l.point(v, "v");
              std::vector<double> out(p.size());
              {
@@ -775,7 +793,7 @@ void bind_fit(nb::module_& m) {
            },
            "x"_a, "v"_a, "the Hessian at x times v (one pass)")
       .def("hessian",
-           [](PyLikelihood& l, const Array& x) {
+           [](PyLikelihood& l, const nb::handle& x) {
              const std::vector<double> p = l.point(x, "x");
              const std::size_t n = p.size();
              std::vector<double> g(n), h(n * n);

@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
+import os
 import pathlib
 import signal
 
@@ -177,7 +178,7 @@ def test_errors_are_python_errors():
     ("options", "message"),
     [
         ({"frozen": ["no_such_nuisance"]}, "'no_such_nuisance' matches no parameter"),
-        ({"threads": 0}, "threads must be ≥ 1"),
+        ({"threads": -1}, "threads must be ≥ 1, or 0 for every core"),
         ({"threads": 1000}, "shards"),
         ({"data_term": "poisson2"}, "data_term='poisson2' is not one of"),
     ],
@@ -478,5 +479,32 @@ def test_likelihood_is_the_fits(demo, demo_fit):
     np.testing.assert_allclose(hess, hess.T, rtol=1e-12, atol=1e-12)
     with pytest.raises(fitlib.UsageError, match="x must be a vector of the 8 parameters"):
         lik.value(np.zeros(3))
+    assert_same_bits(lik.value(demo_fit.x.tolist()), f)  # a list does as well as an array
+    with pytest.raises(fitlib.UsageError, match="x is not an array of numbers"):
+        lik.value(["a"] * 8)
     chisq = fitlib.Likelihood(demo, data_term="chisq")
     assert chisq.value(demo_fit.x) != f
+
+
+def test_model_from_lists():
+    """Model.from_arrays takes lists as well as arrays (any dtype and order)."""
+    model = fitlib.Model.from_arrays([[10, 90], [20, 80], [30, 70]], [[[0.1], [0.0]], [[0.0], [0.05]], [[0.0], [-0.05]]],
+                                     [45, 95, 110], processes=["sig", "bkg"], signal=["sig"], systematics=["x"],
+                                     constraint_weights=[1])
+    result = fitlib.fit(model)
+    assert result.converged and result.names == ["sig", "x"]
+    assert model.nominal.tolist() == [[10, 90], [20, 80], [30, 70]]
+
+
+def test_threads_default_to_every_core(demo, demo_fit, tmp_path_factory):
+    """fitlib-fit and fitlib.fit split the bins over every core this process may use, as many as the bins allow: the
+    same default, the same bits."""
+    cores = len(os.sched_getaffinity(0))
+    expected = cores
+    while expected > 1 and expected > demo.nbins:
+        expected //= 2
+    out = fitlib_fit(tmp_path_factory, DEMO, "-t", "0", "--unblind", "--json")
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["options"]["threads"] == expected
+    assert_same_fit(fitlib.fit(demo, threads=expected), summary["fits"][0])
+    assert_same_bits(demo_fit.x, fitlib.fit(demo, threads=expected).x)

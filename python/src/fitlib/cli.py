@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write fitlib's results only (no conversion; wums, hist and h5py not needed)")
     own.add_argument("--json", action="store_true", help="also fitlib-fit's JSON summary, <DIR>/<stem>_fitlib.json")
     own.add_argument("-q", "--quiet", action="store_true", help="no per-iteration progress (as -v 2)")
-    own.add_argument("--threads", type=int, default=None, metavar="N", help="threads, the bins split among them (fitlib's default: 1)")
+    own.add_argument("--threads", type=int, default=None, metavar="N", help="threads, the bins split among them (fitlib's default, 0: every core)")
     own.add_argument("--replicaBatch", type=int, default=None, metavar="N", help="toys and --scan2D points minimised together")
     own.add_argument("--preconditioning", default=None, metavar="{none,diagonal,cholesky}",
                      help="change of variables from the prefit Hessian")
