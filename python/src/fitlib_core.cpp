@@ -74,6 +74,11 @@ E choose(const char* keyword, const std::string& value, std::initializer_list<st
   throw usage_error(std::string(keyword) + "='" + value + "' is not one of " + allowed);
 }
 
+/// The systematic type the keyword systematic_type names.
+SystematicType systematic_type_named(const std::string& value) {
+  return choose<SystematicType>("systematic_type", value, {{"log_normal", SystematicType::log_normal}, {"normal", SystematicType::normal}});
+}
+
 /// A read-only numpy array over values that `owner` keeps alive (the model, a fit, histograms), without a copy.
 /// `strides` in elements, as `shape`; none: row-major. Returned as a Python object: nanobind refuses to return an
 /// ndarray that has an owner under a property's reference_internal policy.
@@ -114,8 +119,7 @@ PyModel py_read_rabbit(const std::filesystem::path& path, bool allow_negative_yi
   io::RabbitReadOptions ro;
   ro.allow_negative_yields = allow_negative_yields;
   if (systematic_type)
-    ro.systematic_type = choose<SystematicType>("systematic_type", *systematic_type,
-                                                {{"log_normal", SystematicType::log_normal}, {"normal", SystematicType::normal}});
+    ro.systematic_type = systematic_type_named(*systematic_type);
   io::RabbitTensor t = [&] {
     const nb::gil_scoped_release released;
     const std::lock_guard lock(hdf5_mutex);
@@ -257,8 +261,7 @@ PyModel py_from_arrays(const nb::handle& nominal_in, const nb::handle& logk_in, 
                                                        : values_of(array_of(constraint_weights, "constraint_weights"), "constraint_weights", {ns});
   mo.poi_default.assign(static_cast<std::size_t>(mo.npoi()), 1.0);
   mo.allow_negative_yields = allow_negative_yields;
-  mo.systematic_type = choose<SystematicType>("systematic_type", systematic_type,
-                                              {{"log_normal", SystematicType::log_normal}, {"normal", SystematicType::normal}});
+  mo.systematic_type = systematic_type_named(systematic_type);
   for (const auto& [name, members] : groups) {  // in the dict's order, which grouped impacts keep
     SystematicGroup g{.name = nb::cast<std::string>(name), .members = {}};
     for (const std::string& sy : nb::cast<std::vector<std::string>>(members))
@@ -397,6 +400,20 @@ struct PyLikelihood {
       throw usage_error(std::string(what) + " must be a vector of the " + std::to_string(n) + " parameters (Likelihood.names), got " +
                         std::to_string(x.ndim()) + " dimensions of " + std::to_string(x.ndim() ? x.shape(0) : 0));
     return {x.data(), x.data() + n};
+  }
+  /// `f(likelihood)` without the GIL, one evaluation at a time.
+  template <class F>
+  auto evaluate(F&& f) {
+    const nb::gil_scoped_release released;
+    const std::lock_guard lock(mutex);
+    return f(*lik);
+  }
+  /// (value, gradient) at the point `h`, one pass.
+  std::pair<double, std::vector<double>> value_grad(const nb::handle& h) {
+    const std::vector<double> p = point(h, "x");
+    std::vector<double> g(p.size());
+    const double f = evaluate([&](HeldLikelihood& l) { return l.value_grad(p.data(), g.data()); });
+    return {f, std::move(g)};
   }
 };
 
@@ -750,45 +767,28 @@ void bind_fit(nb::module_& m) {
       .def("value",
            [](PyLikelihood& l, const nb::handle& x) {
              const std::vector<double> p = l.point(x, "x");
-             const nb::gil_scoped_release released;
-             const std::lock_guard lock(l.mutex);
-             return l.lik->value(p.data());
+             return l.evaluate([&](HeldLikelihood& h) { return h.value(p.data()); });
            },
            "x"_a, "the NLL at x")
       .def("value_and_gradient",
            [](PyLikelihood& l, const nb::handle& x) {
-             const std::vector<double> p = l.point(x, "x");
-             std::vector<double> g(p.size());
-             double f = 0;
-             {
-               const nb::gil_scoped_release released;
-               const std::lock_guard lock(l.mutex);
-               f = l.lik->value_grad(p.data(), g.data());
-             }
-             return nb::make_tuple(f, owning(std::move(g), {p.size()}));
+             auto [f, g] = l.value_grad(x);
+             const std::size_t n = g.size();
+             return nb::make_tuple(f, owning(std::move(g), {n}));
            },
            "x"_a, "(NLL, gradient) at x, in one pass")
       .def("gradient",
            [](PyLikelihood& l, const nb::handle& x) {
-             const std::vector<double> p = l.point(x, "x");
-             std::vector<double> g(p.size());
-             {
-               const nb::gil_scoped_release released;
-               const std::lock_guard lock(l.mutex);
-               l.lik->value_grad(p.data(), g.data());
-             }
-             return owning(std::move(g), {p.size()});
+             std::vector<double> g = l.value_grad(x).second;
+             const std::size_t n = g.size();
+             return owning(std::move(g), {n});
            },
            "x"_a, "the gradient at x")
       .def("hessp",
            [](PyLikelihood& l, const nb::handle& x, const nb::handle& v) {
              const std::vector<double> p = l.point(x, "x"), d = l.point(v, "v");
              std::vector<double> out(p.size());
-             {
-               const nb::gil_scoped_release released;
-               const std::lock_guard lock(l.mutex);
-               l.lik->hessp(p.data(), d.data(), out.data());
-             }
+             l.evaluate([&](HeldLikelihood& h) { h.hessp(p.data(), d.data(), out.data()); });
              return owning(std::move(out), {p.size()});
            },
            "x"_a, "v"_a, "the Hessian at x times v (one pass)")
@@ -797,15 +797,8 @@ void bind_fit(nb::module_& m) {
              const std::vector<double> p = l.point(x, "x");
              const std::size_t n = p.size();
              std::vector<double> g(n), h(n * n);
-             {
-               const nb::gil_scoped_release released;
-               const std::lock_guard lock(l.mutex);
-               l.lik->hessian(p.data(), g.data(), h.data());
-             }
-             std::vector<double> rows(n * n);  // column-major in C++, symmetric only to rounding
-             for (std::size_t j = 0; j < n; ++j)
-               for (std::size_t i = 0; i < n; ++i) rows[i * n + j] = h[i + j * n];
-             return owning(std::move(rows), {n, n});
+             l.evaluate([&](HeldLikelihood& lik) { return lik.hessian(p.data(), g.data(), h.data()); });
+             return owning(io::detail::transposed(h, n), {n, n});  // column-major in C++, symmetric only to rounding
            },
            "x"_a, "the dense Hessian at x, [n, n]")
       .def("__repr__", [](const PyLikelihood& l) { return "Likelihood(" + std::to_string(l.lik->size()) + " parameters)"; });
