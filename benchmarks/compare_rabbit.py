@@ -436,20 +436,22 @@ def fitlib_command(exe: Path, tensor: Path, result: Path, config: str, threads: 
 #   each shard's hessian() walks the bins again for the cells' effective rows E = K + H·diag(g') and
 #   adds Mᵀ·D·M by GEMMs over blocks of bins (nbins·(nprocs + 1 or 2) rows × nparams columns,
 #   ~rows·n² flops for the lower triangle); that GEMM, not the reads, is its cost at n in the hundreds,
-#   which is why the table also gives the Hessian's measured cost in passes (hessian_weight).
+#   which is why the table also gives the Hessian's measured cost in passes (hessian_weight);
+# * a Gauss–Newton matrix (--minimizerMethod trust-gauss-newton) reads as a dense Hessian does, two
+#   passes, but its GEMMs cover one row per bin, not nprocs + 1: its measured cost is gauss_newton_weight.
 # The counts include the postfit Hessian (1) and, with --preconditioning, the prefit one.
-PASS_WEIGHTS = dict(value=1, gradient_with_its_value=0, gradient_alone=1, hvp=1, hessian=2)
-PASS_WEIGHTS_TEXT = ("passes = max(values, gradients) + HVPs + 2 x Hessians (template reads: a value and its gradient "
-                     "share one pass, an HVP is one pass, a dense Hessian a value+gradient pass plus its own pass; "
-                     "its GEMM comes on top: pass-equiv. weighs each Hessian by its measured time in passes instead)")
+PASS_WEIGHTS = dict(value=1, gradient_with_its_value=0, gradient_alone=1, hvp=1, hessian=2, gauss_newton=2)
+PASS_WEIGHTS_TEXT = ("passes = max(values, gradients) + HVPs + 2 x (Hessians + Gauss-Newton matrices) (template reads: a value "
+                     "and its gradient share one pass, an HVP is one pass, a dense Hessian or Gauss-Newton matrix a value+gradient "
+                     "pass plus its own pass; their GEMMs come on top: pass-equiv. weighs each by its measured time in passes instead)")
 
 
 def fitlib_passes(fit: dict) -> dict:
     """fitlib-fit's evaluation counts (JSON `evaluations`) and their weighted total in template reads."""
     ev = fit.get("evaluations") or {}
-    v, g, h, H = (int(ev.get(k, 0)) for k in ("values", "gradients", "hvps", "hessians"))
-    return dict(iterations=fit.get("iterations"), values=v, gradients=g, hvps=h, hessians=H,
-                passes=max(v, g) + PASS_WEIGHTS["hvp"] * h + PASS_WEIGHTS["hessian"] * H)
+    v, g, h, H, G = (int(ev.get(k, 0)) for k in ("values", "gradients", "hvps", "hessians", "gauss_newton"))
+    return dict(iterations=fit.get("iterations"), values=v, gradients=g, hvps=h, hessians=H, gauss_newton=G,
+                passes=max(v, g) + PASS_WEIGHTS["hvp"] * h + PASS_WEIGHTS["hessian"] * H + PASS_WEIGHTS["gauss_newton"] * G)
 
 
 def parse_fitlib_log(text: str) -> dict:
@@ -505,11 +507,13 @@ def hessian_weights(rows: list[dict]) -> None:
     """The cost of one dense Hessian in passes, measured per (tensor, configuration) from the rows'
     minimisation times (fitlib-fit's `minimize_seconds`, which covers the minimiser and the
     covariance's Hessian and inversion, not reading or writing): a least-squares fit of
-    minimize_seconds = P·t_pass + H·t_hessian over the rows of that tensor, with P = max(values,
-    gradients) + HVPs and H = Hessians. It needs two rows whose (P, H) differ in ratio, e.g. the
-    default trust-krylov (one Hessian, the covariance's) and trust-exact (one per iteration):
-    --fitlib-variant. Sets fitlib["hessian_weight"] = t_hessian / t_pass and
-    fitlib["pass_equivalents"] = P + hessian_weight x H. The time of the minimiser's own algebra
+    minimize_seconds = P·t_pass + H·t_hessian + G·t_gauss_newton over the rows of that tensor, with
+    P = max(values, gradients) + HVPs, H = Hessians and G = Gauss-Newton matrices (a column that is
+    zero in every row is left out). It needs as many rows as unknowns, with independent (P, H, G),
+    e.g. the default trust-krylov (one Hessian, the covariance's), trust-exact (one per iteration) and
+    trust-gauss-newton: --fitlib-variant. Sets fitlib["hessian_weight"] = t_hessian / t_pass,
+    fitlib["gauss_newton_weight"] = t_gauss_newton / t_pass and fitlib["pass_equivalents"] = P +
+    hessian_weight x H + gauss_newton_weight x G. The time of the minimiser's own algebra
     (GLTR's tridiagonal solves, trust-exact's factorisations of the n x n model) is absorbed in t_pass
     and t_hessian, so this is an estimate; with two rows it is an exact solve that checks nothing itself."""
     import numpy as np
@@ -522,16 +526,20 @@ def hessian_weights(rows: list[dict]) -> None:
             groups.setdefault((r["tensor"], r["config"]), []).append(r)
     for members in groups.values():
         A = np.array([[max(r["fitlib"]["passes"]["values"], r["fitlib"]["passes"]["gradients"]) + r["fitlib"]["passes"]["hvps"],
-                       r["fitlib"]["passes"]["hessians"]] for r in members], dtype=float)
+                       r["fitlib"]["passes"]["hessians"], r["fitlib"]["passes"].get("gauss_newton", 0)] for r in members], dtype=float)
         b = np.array([r["fitlib"]["minimize_seconds"] for r in members])
-        if len(members) < 2 or np.linalg.matrix_rank(A / np.maximum(A.sum(axis=1, keepdims=True), 1)) < 2:
+        used = [0, 1] + ([2] if A[:, 2].any() else [])
+        A = A[:, used]
+        if len(members) < len(used) or np.linalg.matrix_rank(A / np.maximum(A.sum(axis=1, keepdims=True), 1)) < len(used):
             continue
-        (t_pass, t_hess), *_ = np.linalg.lstsq(A, b, rcond=None)
-        if not (t_pass > 0 and t_hess > 0):
+        t, *_ = np.linalg.lstsq(A, b, rcond=None)
+        if not all(t > 0):
             continue
-        for r, (P, H) in zip(members, A):
-            r["fitlib"].update(hessian_weight=t_hess / t_pass, pass_equivalents=P + t_hess / t_pass * H,
-                               seconds_per_pass=t_pass)
+        weights = t[1:] / t[0]
+        for r, counts in zip(members, A):
+            r["fitlib"].update(hessian_weight=weights[0], pass_equivalents=counts[0] + counts[1:] @ weights, seconds_per_pass=t[0])
+            if len(weights) > 1:
+                r["fitlib"]["gauss_newton_weight"] = weights[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -616,8 +624,8 @@ def result_text(row: dict) -> str:
 def print_passes_table(rows: list[dict]) -> None:
     """Passes over the templates per fit (fitlib_passes, hessian_weights) and CPU seconds of both programs."""
     print(PASS_WEIGHTS_TEXT)
-    header = ("row", "fitlib args", "iters", "values", "gradients", "HVPs", "Hessians", "passes", "Hessian in passes",
-              "pass-equiv.", "rejected", "EDM", "status", "fitlib CPU", "rabbit CPU", "rabbit iters", "rabbit/fitlib CPU",
+    header = ("row", "fitlib args", "iters", "values", "gradients", "HVPs", "Hessians", "G-N matrices", "passes",
+              "Hessian in passes", "G-N in passes", "pass-equiv.", "rejected", "EDM", "status", "fitlib CPU", "rabbit CPU", "rabbit iters", "rabbit/fitlib CPU",
               "max|dx|/σ")
     table = []
     for r in rows:
@@ -626,7 +634,8 @@ def print_passes_table(rows: list[dict]) -> None:
         ratio = (rb["cpu_seconds"] / fl["cpu_seconds"]) if rb.get("cpu_seconds") and fl.get("cpu_seconds") and c else None
         table.append((r["name"], " ".join(r.get("fitlib_args") or []) or "(default)", str(p.get("iterations", "-")),
                       str(p.get("values", "-")), str(p.get("gradients", "-")), str(p.get("hvps", "-")),
-                      str(p.get("hessians", "-")), str(p.get("passes", "-")), fmt_num(fl.get("hessian_weight"), ".1f"),
+                      str(p.get("hessians", "-")), str(p.get("gauss_newton", "-")), str(p.get("passes", "-")),
+                      fmt_num(fl.get("hessian_weight"), ".1f"), fmt_num(fl.get("gauss_newton_weight"), ".1f"),
                       fmt_num(fl.get("pass_equivalents"), ".0f"), str(fl.get("rejected_steps", "-")),
                       fmt_num(fl.get("edm"), ".1e"), str(fl.get("status") or fl.get("error") or "-")[:60],
                       fmt_seconds(fl.get("cpu_seconds")),

@@ -85,8 +85,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
       ->capture_default_str();
   auto* pd = app.add_option("--pseudoData", a.pseudodata, "fit the tensor's pseudodata sets (names; none = all) instead of data with -t 0")
                  ->expected(0, -1);
-  app.add_option("--minimizerMethod", a.method, "trust-krylov (GLTR), trust-ncg (Steihaug CG) or trust-exact (Moré–Sorensen)")
-      ->check(CLI::IsMember({"trust-krylov", "trust-ncg", "trust-exact"}))
+  app.add_option("--minimizerMethod", a.method,
+                 "trust-krylov (GLTR), trust-ncg (Steihaug CG), trust-exact (Moré–Sorensen) or trust-gauss-newton (trust-exact on the "
+                 "Gauss–Newton matrix, then on the Hessian near the minimum)")
+      ->check(CLI::IsMember({"trust-krylov", "trust-ncg", "trust-exact", "trust-gauss-newton"}))
       ->capture_default_str();
   app.add_option("--preconditioning", a.preconditioning, "change of variables from the prefit Hessian: none, diagonal, cholesky")
       ->check(CLI::IsMember({"none", "diagonal", "cholesky"}))
@@ -392,6 +394,7 @@ TrustRegionOptions minimizer_options(const Args& a) {
   o.gtol = a.gtol;
   o.edm_tol = a.edm_tol;
   o.maxiter = a.maxiter;
+  if (a.method == "trust-gauss-newton") o.curvature = Curvature::gauss_newton;
   o.validate();
   return o;
 }

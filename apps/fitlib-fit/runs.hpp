@@ -384,7 +384,7 @@ Fits run_fits(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const io::Rab
 template <class Lik>
 Fits run_with_method(Lik& lik, const Args& a, const io::RabbitTensor& in) {
   const TrustRegionOptions o = minimizer_options(a);
-  if (a.method == "trust-exact") return run_fits(lik, TrustRegion<Exact>(o), a, in);
+  if (a.method == "trust-exact" || a.method == "trust-gauss-newton") return run_fits(lik, TrustRegion<Exact>(o), a, in);
   if (a.method == "trust-ncg") return run_fits(lik, TrustRegion<SteihaugCG>(o), a, in);
   return run_fits(lik, TrustRegion<Gltr>(o), a, in);
 }

@@ -716,6 +716,7 @@ void bind_fit(nb::module_& m) {
                      d["gradients"] = c.gradients;
                      d["hvps"] = c.hvps;
                      d["hessians"] = c.hessians;
+                     d["gauss_newton"] = c.gauss_newton;
                      return d;
                    })
       .def("report", [](const PyFitResult& r) { return r.outcome->result.report(); }, "a table of the parameters and the fit's summary")

@@ -11,6 +11,7 @@
 
 #include "demo_analysis.hpp"
 #include "random_model.hpp"
+#include "test_problems.hpp"
 
 using namespace fitlib;
 
@@ -374,4 +375,54 @@ TEST_CASE("ProgressPrinter folds runs of rejected steps into one line each", "[f
   CHECK(lines[9].find("(rejected)") != std::string::npos);
   CHECK(lines[14].find("… 497 more steps rejected (iterations 2010–2506)") != std::string::npos);
   CHECK(lines[16] == "stopped: converged (EDM 3.2e-15 below edm_tol 1e-12)");
+}
+
+TEST_CASE("fit: the Gauss–Newton model reaches the Hessian's minimum, its EDM from ∇²f", "[fit][gauss-newton]") {
+  SerialLikelihood nll(examples::demo_analysis());
+  TrustRegionOptions o = tight();
+  o.edm_tol = 1e-14;
+  o.curvature = Curvature::gauss_newton;
+  const double exact_below = GENERATE(1e-3, std::numeric_limits<double>::infinity());
+  o.exact_below = exact_below;
+  INFO("exact_below " << exact_below);
+  const FitResult r = fit(nll, TrustRegion<Exact>(o));
+  check_same_minimum(r, reference_fit());
+  CHECK(r.counts.gauss_newton > 0);
+  CHECK(r.counts.hessians > 0);  // the end game's, which decided the stop
+  CHECK(r.edm < 1e-14);
+}
+
+TEST_CASE("fit: with Exact the EDM is tested at every iterate, and the last Hessian is the postfit one", "[fit][gauss-newton]") {
+  SerialLikelihood nll(examples::demo_analysis());
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = 1e-10;
+  const FitResult r = fit(nll, TrustRegion<Exact>(o));
+  REQUIRE(r.status == FitStatus::converged_edm);
+  // Every accepted iterate and the start had one Hessian; the postfit took the last (the same bits).
+  const index_t n = nll.size();
+  std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
+  nll.hessian(ConstBlockView<double>(r.x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
+  CHECK(test::same_bits(r.hessian, H));
+  CHECK(test::same_bits(r.gradient, g));
+  CHECK(test::same_bits(r.nll, f[0]));
+  CHECK(r.counts.hessians <= r.iterations + 1);
+  // The stop came at the first iterate whose EDM is below edm_tol: the one before was not.
+  o.maxiter = r.iterations - 1;
+  const FitResult before = fit(nll, TrustRegion<Exact>(o));
+  CHECK(before.status == FitStatus::max_iterations);
+  CHECK(before.edm >= 1e-10);
+}
+
+TEST_CASE("TrustRegion refuses the Gauss–Newton model where there is none", "[fit][gauss-newton][validation]") {
+  SerialLikelihood nll(examples::demo_analysis());
+  TrustRegionOptions o;
+  o.curvature = Curvature::gauss_newton;
+  CHECK_THROWS_WITH(fit(nll, TrustRegion<Gltr>(o)), Catch::Contains("needs a subproblem with a dense matrix (Exact)"));
+  test::Rosenbrock rosen{2};
+  TrustRegion<Exact> tr(o);
+  TrustRegion<Exact>::state_type s;
+  CHECK_THROWS_WITH(tr.init(rosen, s, std::vector<double>{-1.2, 1.0}), Catch::Contains("needs an objective with a Gauss–Newton matrix"));
+  o.exact_below = 0;
+  CHECK_THROWS_WITH(TrustRegion<Exact>(o), Catch::Contains("exact_below must be > 0"));
 }

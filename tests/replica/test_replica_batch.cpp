@@ -253,12 +253,13 @@ TEST_CASE("likelihood replicas: the products kept between passes change no bit o
 }
 
 template <class Sub>
-void check_batch_equals_sequential(index_t width) {
+void check_batch_equals_sequential(index_t width, Curvature curvature = Curvature::exact) {
   const Model m = small_model();
   SerialLikelihood nll(m);
   const auto in = toys(nll, 7);
   TrustRegionOptions o;
   o.gtol = 1e-9;
+  o.curvature = curvature;
   const TrustRegion<Sub> minimizer(o);
 
   std::vector<FitOptions> opts(in.size());
@@ -285,6 +286,8 @@ void check_batch_equals_sequential(index_t width) {
     CHECK(f.status == s.status);
     CHECK(f.iterations == s.iterations);
     CHECK(f.counts.hvps == s.counts.hvps);
+    CHECK(f.counts.gauss_newton == s.counts.gauss_newton);
+    CHECK((curvature == Curvature::exact || s.counts.gauss_newton > 0));
     CHECK(same_bits(f.x, s.x));
     CHECK(same_bits(f.nll, s.nll));
     CHECK(same_bits(f.covariance, s.covariance));
@@ -295,6 +298,7 @@ TEST_CASE("replica batch: every replica bitwise equals its sequential fit, whate
   for (index_t w : {1, 3, 7, 64}) check_batch_equals_sequential<Gltr>(w);
   check_batch_equals_sequential<SteihaugCG>(4);
   check_batch_equals_sequential<Exact>(4);
+  check_batch_equals_sequential<Exact>(3, Curvature::gauss_newton);
 }
 
 TEST_CASE("replica batch: a failing replica is marked and disturbs no other", "[replica][batch]") {

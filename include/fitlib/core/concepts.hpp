@@ -30,6 +30,24 @@ concept objective_with_hessian = objective<F> && requires(F& f, ConstBlockView<d
   f.hessian(x, values, grad, hess);
 };
 
+/// Which curvature matrix a dense evaluation returns.
+enum class Curvature {
+  exact,  ///< the Hessian ∇²f
+  /// The Gauss–Newton matrix of a likelihood: ∇²f without the terms that weigh the expected yields'
+  /// own second derivatives by the data term's slope ∂f/∂ν (which vanishes, bin by bin, where the
+  /// model fits the data). Positive semi-definite where the data term is convex in the yields, and
+  /// a GEMM over one row per bin instead of one per bin and process.
+  gauss_newton,
+};
+
+/// An objective that also offers its Gauss–Newton matrix: `hessian(x, values, grad, hess,
+/// Curvature::gauss_newton)` (values and gradients exact; `Curvature::exact` is `hessian`'s).
+template <class F>
+concept objective_with_gauss_newton = objective_with_hessian<F> && requires(F& f, ConstBlockView<double> x, std::span<double> values,
+                                                                            BlockView<double> grad, BlockView<double> hess) {
+  f.hessian(x, values, grad, hess, Curvature::gauss_newton);
+};
+
 /// An objective that states the absolute level below which differences of its value, and its EDM,
 /// are rounding, whatever the value's own size: `rounding_floor()` ≥ 0. A sum of many terms that
 /// cancel to f ≈ 0 at the minimum (an NLL on Asimov data) rounds far above eps·|f|; the

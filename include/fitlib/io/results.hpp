@@ -622,7 +622,8 @@ inline nlohmann::json results_json(const RunInfo& run, const std::vector<FitReco
     fj["nll_full"] = detail::finite_or_null(f.nll_full);
     fj["edm"] = detail::finite_or_null(r.edm);
     fj["iterations"] = r.iterations;
-    fj["evaluations"] = {{"values", r.counts.values}, {"gradients", r.counts.gradients}, {"hvps", r.counts.hvps}, {"hessians", r.counts.hessians}};
+    fj["evaluations"] = {{"values", r.counts.values}, {"gradients", r.counts.gradients}, {"hvps", r.counts.hvps}, {"hessians", r.counts.hessians},
+                          {"gauss_newton", r.counts.gauss_newton}};
     fj["blinded"] = f.blinded;
     fj["parameters"] = nlohmann::json::array();
     for (std::size_t i = 0; i < r.x.size(); ++i)

@@ -285,26 +285,16 @@ class Likelihood {
   /// Value, gradient and dense Hessian per column; `hess` is `[n × n·N]`, column j's Hessian in
   /// columns `[j·n, (j+1)·n)`.
   void hessian(ConstBlockView<double> x, std::span<double> f, BlockView<double> g, BlockView<double> hess) {
-    const index_t n = nparams_, nx = x.cols;
-    require(hess.rows == n && hess.cols == n * nx, "hessian output", n, n * nx, hess);
-    evaluate(x, {}, f, g, {});
-    const bool coupled = opts_.data_term == DataTerm::covariance;
-    Eigen::MatrixXd* rows = coupled ? &coupled_.rows(n) : nullptr;
-    const std::span<const index_t> slots = replicas_.slots(nx);
-    const std::uint64_t mark = shards_.exchange().inputs_mark(x, {});
-    for (index_t j = 0; j < nx; ++j) {
-      BlockView<double> hj = hess.block_cols(j * n, n);
-      shards_.reduce(
-          n * n, mark,
-          [&](std::size_t k, double* row) {
-            shards_[k].hessian(x, j, BlockView<double>(row, n, n), coupled ? shards_.data_rows(coupled_.y(), k) : ConstBlockView<double>{},
-                               coupled ? shards_.data_rows(*rows, k) : BlockView<double>{}, slots.empty() ? 0 : slots[static_cast<std::size_t>(j)]);
-          },
-          [&](const double* row, index_t k) { put(hj, ConstBlockView<double>(row, n, n), k == 0); });
-      if (coupled) coupled_.add_curvature(j, hj);
-    }
-    global_.add(*model_, x, {}, {}, {}, {}, hess, theta0s());
-    penalties_.add_hessians(shards_, x, hess, penalty_scales());
+    curvature(x, f, g, hess, Curvature::exact);
+  }
+
+  /// As hessian, or with Curvature::gauss_newton the data term's Gauss–Newton matrix (the shards'
+  /// GEMMs over one row per bin; the covariance term's, the global terms' and the penalties' curvature
+  /// exact); objective_with_gauss_newton. The host shards have it.
+  void hessian(ConstBlockView<double> x, std::span<double> f, BlockView<double> g, BlockView<double> hess, Curvature kind)
+    requires requires(ShardT& s, ConstBlockView<double> cx, BlockView<double> h, index_t k) { s.hessian(cx, k, h, cx, h, k, Curvature::gauss_newton); }
+  {
+    curvature(x, f, g, hess, kind);
   }
 
   /// The level below which differences of the NLL, and its EDM, are rounding (objective_with_rounding_floor):
@@ -548,6 +538,36 @@ class Likelihood {
     return m;
   }
 
+  /// hessian's work: the shards' data-term matrices of `kind` summed in shard order, then the exact
+  /// curvature of the covariance term, the global terms and the penalties.
+  void curvature(ConstBlockView<double> x, std::span<double> f, BlockView<double> g, BlockView<double> hess, Curvature kind) {
+    const index_t n = nparams_, nx = x.cols;
+    require(hess.rows == n && hess.cols == n * nx, "hessian output", n, n * nx, hess);
+    evaluate(x, {}, f, g, {});
+    const bool coupled = opts_.data_term == DataTerm::covariance;
+    Eigen::MatrixXd* rows = coupled ? &coupled_.rows(n) : nullptr;
+    const std::span<const index_t> slots = replicas_.slots(nx);
+    const std::uint64_t mark = shards_.exchange().inputs_mark(x, {});
+    for (index_t j = 0; j < nx; ++j) {
+      BlockView<double> hj = hess.block_cols(j * n, n);
+      shards_.reduce(
+          n * n, mark,
+          [&](std::size_t k, double* row) {
+            const ConstBlockView<double> y = coupled ? shards_.data_rows(coupled_.y(), k) : ConstBlockView<double>{};
+            const BlockView<double> r = coupled ? shards_.data_rows(*rows, k) : BlockView<double>{};
+            const index_t slot = slots.empty() ? 0 : slots[static_cast<std::size_t>(j)];
+            if (kind == Curvature::exact)
+              shards_[k].hessian(x, j, BlockView<double>(row, n, n), y, r, slot);
+            else if constexpr (requires { shards_[k].hessian(x, j, BlockView<double>(row, n, n), y, r, slot, kind); })
+              shards_[k].hessian(x, j, BlockView<double>(row, n, n), y, r, slot, kind);
+          },
+          [&](const double* row, index_t k) { put(hj, ConstBlockView<double>(row, n, n), k == 0); });
+      if (coupled) coupled_.add_curvature(j, hj);
+    }
+    global_.add(*model_, x, {}, {}, {}, {}, hess, theta0s());
+    penalties_.add_hessians(shards_, x, hess, penalty_scales());
+  }
+
   void evaluate(ConstBlockView<double> x, ConstBlockView<double> v, std::span<double> f, BlockView<double> g,
                 BlockView<double> hv) {
     const index_t n = nparams_, nx = x.cols, nv = v.empty() ? 0 : v.cols;
@@ -651,5 +671,6 @@ using ThreadedLikelihood = Likelihood<Shard<cpu::Threads, storage::Dense>>;
 using SparseThreadedLikelihood = Likelihood<Shard<cpu::Threads, storage::Sparse>>;
 
 static_assert(objective_with_hessian<SerialLikelihood>);
+static_assert(objective_with_gauss_newton<SerialLikelihood> && objective_with_gauss_newton<SparseThreadedLikelihood>);
 
 }  // namespace fitlib

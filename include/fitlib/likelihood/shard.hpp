@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fitlib/core/concepts.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/detail/lanes.hpp"
@@ -260,9 +261,12 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   /// the local part only, and the rows R_b = Σ_p u₁_p·∂ν_p/∂x that meet (C + diag q)⁻¹ go to
   /// `coupled_rows` (`[ndata × nparams]`), for the likelihood's Rᵀ·(C + diag q)⁻¹·R.
   ///
-  /// `slot` names the data slot of the column (see set_slot).
+  /// `slot` names the data slot of the column (see set_slot). With Curvature::gauss_newton the terms
+  /// weighted by the bins' first derivatives g_p (the yields' own curvature: ∂²ν/∂L², the POI cross
+  /// terms, the interpolation's g'') are left out, so no cell rows enter the GEMMs (but the full
+  /// mode's diag(δ)): Jᵀ(diag δ + U·S·Uᵀ)J, a GEMM over one row per bin instead of 1 + P.
   void hessian(ConstBlockView<double> x, index_t j, BlockView<double> hess, ConstBlockView<double> coupled_y = {},
-               BlockView<double> coupled_rows = {}, index_t slot = 0) {
+               BlockView<double> coupled_rows = {}, index_t slot = 0, Curvature curvature = Curvature::exact) {
     const ConstBlockView<double> xj = x.block_cols(j, 1);
     prepare_columns(xj, {});
     bind_slots(std::span(&slot, 1), 1);
@@ -286,7 +290,10 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     std::vector<double> diag_acc(static_cast<std::size_t>(symmetric ? 0 : S), 0.0);
     std::vector<double> weight(static_cast<std::size_t>(max_rows), 0.0);  // rows of absent (sparse) cells stay 0
     // Cell rows carry ∂²ν/∂L² (log-normal) and the full mode's diag(δ).
-    const bool cell_rows = model_->systematic_type == SystematicType::log_normal || (bb_.enabled && bb_.mode == BinByBinMode::full && bb_.multiplicative());
+    // The Gauss–Newton matrix keeps only the full mode's: `gp` (1 or 0) weighs the g_p terms.
+    const bool full_rows = bb_.enabled && bb_.mode == BinByBinMode::full && bb_.multiplicative();
+    const double gp = curvature == Curvature::exact ? 1.0 : 0.0;
+    const bool cell_rows = full_rows || (gp != 0 && model_->systematic_type == SystematicType::log_normal);
     std::vector<detail::BinCurvature> curv(static_cast<std::size_t>(bins_per_block));
 
     for (index_t i0 = 0; i0 < ndata_; i0 += bins_per_block) {
@@ -312,14 +319,14 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
           tpl_.effective_row(i, cc, symmetric ? nullptr : cols_.dg(), e);
           detail::axpy(u1[p] * c.d_L, e, M.row(ib * nbr).data() + npoi, S);
           if (nbr == 2) detail::axpy(u2[p] * c.d_L, e, M.row(ib * nbr + 1).data() + npoi, S);
-          weight[static_cast<std::size_t>(r)] = g[p] * c.d_LL + delta[p] * c.d_L * c.d_L;
+          weight[static_cast<std::size_t>(r)] = gp * g[p] * c.d_LL + delta[p] * c.d_L * c.d_L;
           if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0) {
             M(ib * nbr, q) += u1[p] * c.d_mu;
             if (nbr == 2) M(ib * nbr + 1, q) += u2[p] * c.d_mu;
-            Y(r, q) = g[p] * c.d_muL + delta[p] * c.d_L * c.d_mu;
-            H(q, q) += g[p] * c.d_mumu + delta[p] * c.d_mu * c.d_mu;
+            Y(r, q) = gp * g[p] * c.d_muL + delta[p] * c.d_L * c.d_mu;
+            H(q, q) += gp * g[p] * c.d_mumu + delta[p] * c.d_mu * c.d_mu;
           }
-          if (!symmetric) tpl_.add_half(i, cc, g[p] * c.d_L, diag_acc.data());
+          if (!symmetric && gp != 0) tpl_.add_half(i, cc, g[p] * c.d_L, diag_acc.data());
         }
       }
       for (index_t ib = 0; ib < nbk && coupled; ++ib)

@@ -106,8 +106,14 @@ struct FitResult {
     }
     std::snprintf(line, sizeof line, "NLL %.10g   EDM %.3g   ", nll, edm);
     out += line + status_text() + "\ncovariance: " + std::string(to_string(covariance_status)) + "\n";
-    std::snprintf(line, sizeof line, "%td iterations, %td values+gradients, %td HVPs, %td Hessians, %.3f s\n", iterations,
-                  counts.values, counts.hvps, counts.hessians, seconds);
+    std::snprintf(line, sizeof line, "%td iterations, %td values+gradients, %td HVPs, %td Hessians", iterations, counts.values, counts.hvps,
+                  counts.hessians);
+    out += line;
+    if (counts.gauss_newton > 0) {
+      std::snprintf(line, sizeof line, ", %td Gauss–Newton matrices", counts.gauss_newton);
+      out += line;
+    }
+    std::snprintf(line, sizeof line, ", %.3f s\n", seconds);
     out += line;
     return out;
   }
@@ -216,9 +222,10 @@ FITLIB_PREBUILT_INLINE Eigen::MatrixXd preconditioner_factor(const std::vector<d
 namespace detail {
 /// What `fit` computes at the minimum r.x, into r: with `covariance`, the dense Hessian, the
 /// covariance of the free parameters (its inverse), the uncertainties and the EDM; else the NLL
-/// and the gradient only. Frozen parameters get zero rows and columns.
+/// and the gradient only. Frozen parameters get zero rows and columns. `known`: the Hessian at r.x
+/// already computed by the minimizer (all parameters), with r.nll and r.gradient, or empty.
 template <objective F>
-void postfit(F& f, FitResult& r, const std::vector<index_t>& free, bool covariance) {
+void postfit(F& f, FitResult& r, const std::vector<index_t>& free, bool covariance, std::vector<double> known = {}) {
   const index_t n = static_cast<index_t>(r.x.size()), m = static_cast<index_t>(free.size());
   // Frozen parameters have zero uncertainty; the free ones NaN unless the covariance is computed.
   const double unknown = covariance ? 0.0 : std::numeric_limits<double>::quiet_NaN();
@@ -228,9 +235,9 @@ void postfit(F& f, FitResult& r, const std::vector<index_t>& free, bool covarian
     r.uncertainties[static_cast<std::size_t>(a)] = unknown;
     for (index_t b : free) r.covariance[static_cast<std::size_t>(a + b * n)] = unknown;
   }
-  std::vector<double> H;
+  std::vector<double> H = std::move(known);
   if (covariance) {
-    full_hessian(f, r.x, r.nll, r.gradient, H, r.counts);
+    if (H.empty()) full_hessian(f, r.x, r.nll, r.gradient, H, r.counts);
     std::vector<double> hf(static_cast<std::size_t>(m * m)), cf(hf.size());
     for (index_t c = 0; c < m; ++c)
       for (index_t k = 0; k < m; ++k) hf[static_cast<std::size_t>(k + c * m)] = H[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
@@ -319,7 +326,15 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   r.counts = state.counts;
   r.counts += extra;  // the preconditioner's prefit Hessian
 
-  detail::postfit(f, r, free, options.covariance);
+  // The minimizer's last ∇²f is the postfit one where its coordinates are the parameters themselves
+  // (the same evaluation at the same point: the same bits).
+  std::vector<double> known;
+  if (Sub::needs_hessian && options.covariance && m == n && L.size() == 0 && state.model == Curvature::exact && state.hessian_at_x) {
+    known = std::move(state.hessian);
+    r.nll = state.f;
+    r.gradient = state.g;
+  }
+  detail::postfit(f, r, free, options.covariance, std::move(known));
   // A stop decided by an EDM reports the EDM it tested: the postfit's ½gᵀCg is NaN where the
   // covariance fails (a parameter the likelihood does not depend on makes H singular, while the
   // minimizer's CG EDM never leaves the gradient's Krylov space and passes), and would otherwise

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "fitlib/core/concepts.hpp"
 #include "fitlib/core/types.hpp"
 
 namespace fitlib {
@@ -30,6 +31,15 @@ struct TrustRegionOptions {
   double edm_tol = 0.0;
   /// Outer iterations, rejected ones included; 0 = 200·n (SciPy's default).
   index_t maxiter = 0;
+  /// The matrix a subproblem with a dense Hessian (Exact) models f with. Curvature::exact: ∇²f
+  /// (SciPy's). Curvature::gauss_newton (objective_with_gauss_newton): the Gauss–Newton matrix,
+  /// positive semi-definite, so no step follows the negative curvature of a prefit Hessian, until
+  /// an accepted step lands inside the region with a predicted decrease below `exact_below`; from
+  /// there on ∇²f, which every EDM is computed from (a stop is never decided by the approximation).
+  Curvature curvature = Curvature::exact;
+  /// With Curvature::gauss_newton: the predicted decrease of an accepted step inside the region
+  /// below which the model switches to ∇²f (> 0; +∞: at the first such step).
+  double exact_below = 1e-3;
 
   void validate() const {
     auto fail = [](const std::string& what) { throw std::invalid_argument("TrustRegionOptions::" + what); };
@@ -41,6 +51,7 @@ struct TrustRegionOptions {
     if (!(gtol >= 0)) fail("gtol must be ≥ 0, got " + std::to_string(gtol));
     if (!(edm_tol >= 0)) fail("edm_tol must be ≥ 0, got " + std::to_string(edm_tol));
     if (maxiter < 0) fail("maxiter must be ≥ 0 (0 = 200·n), got " + std::to_string(maxiter));
+    if (!(exact_below > 0)) fail("exact_below must be > 0, got " + std::to_string(exact_below));
   }
 };
 

@@ -62,11 +62,24 @@ class Reparametrized {
   void hessian(ConstBlockView<double> Y, std::span<double> f, BlockView<double> G, BlockView<double> H)
     requires objective_with_hessian<F>
   {
+    curvature(Y, G, H, [&](ConstBlockView<double> X, BlockView<double> g, BlockView<double> h) { f_->hessian(X, f, g, h); });
+  }
+
+  void hessian(ConstBlockView<double> Y, std::span<double> f, BlockView<double> G, BlockView<double> H, Curvature kind)
+    requires objective_with_gauss_newton<F>
+  {
+    curvature(Y, G, H, [&](ConstBlockView<double> X, BlockView<double> g, BlockView<double> h) { f_->hessian(X, f, g, h, kind); });
+  }
+
+ private:
+  /// A dense curvature of f (`full(X, g, h)` into the full-space gradient and matrix) in these coordinates.
+  template <class Full>
+  void curvature(ConstBlockView<double> Y, BlockView<double> G, BlockView<double> H, Full full) {
     const index_t n = full_size(), m = size();
     const auto X = full_points(Y);
     grad_full_.resize(static_cast<std::size_t>(n * Y.cols));
     hess_full_.resize(static_cast<std::size_t>(n * n * Y.cols));
-    f_->hessian(X, f, BlockView<double>(grad_full_.data(), n, Y.cols), BlockView<double>(hess_full_.data(), n, n * Y.cols));
+    full(X, BlockView<double>(grad_full_.data(), n, Y.cols), BlockView<double>(hess_full_.data(), n, n * Y.cols));
     pull_back(ConstBlockView<double>(grad_full_.data(), n, Y.cols), G);
     for (index_t j = 0; j < Y.cols; ++j) {
       Eigen::MatrixXd h(m, m);
@@ -82,7 +95,6 @@ class Reparametrized {
     }
   }
 
- private:
   /// L⁻ᵀ·Y: the displacement of the free parameters.
   Eigen::MatrixXd directions(ConstBlockView<double> Y) const {
     Eigen::MatrixXd d(size(), Y.cols);

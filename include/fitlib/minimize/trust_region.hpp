@@ -27,6 +27,7 @@ struct EvaluationCounts {
   index_t gradients = 0;  ///< gradients
   index_t hvps = 0;       ///< Hessian-vector products
   index_t hessians = 0;   ///< dense Hessians
+  index_t gauss_newton = 0;  ///< dense Gauss–Newton matrices (TrustRegionOptions::curvature)
   /// The hessp calls SciPy would have made for the same iterates (trust-region.md §1.3, §6.8).
   index_t scipy_hessp = 0;
 
@@ -35,6 +36,7 @@ struct EvaluationCounts {
     gradients += o.gradients;
     hvps += o.hvps;
     hessians += o.hessians;
+    gauss_newton += o.gauss_newton;
     scipy_hessp += o.scipy_hessp;
     return *this;
   }
@@ -45,7 +47,10 @@ struct EvaluationCounts {
 template <class Sub>
 struct TrustRegionState {
   std::vector<double> x, g, x_trial, g_trial, p;
-  std::vector<double> hessian;  ///< dense Hessian at x (`[n × n]`), for subproblems that need it
+  std::vector<double> hessian;  ///< dense curvature at x (`[n × n]`), for subproblems that need it
+  /// What `hessian` holds: ∇²f, or the Gauss–Newton matrix (TrustRegionOptions::curvature).
+  Curvature model = Curvature::exact;
+  bool hessian_at_x = false;  ///< `hessian` is the matrix `model` names at x (false before the first)
   double f = std::numeric_limits<double>::quiet_NaN();
   double f_trial = std::numeric_limits<double>::quiet_NaN();
   double gradient_norm = std::numeric_limits<double>::quiet_NaN();
@@ -71,12 +76,20 @@ inline double dot(std::span<const double> a, std::span<const double> b) {
   return d;
 }
 
-/// The dense Hessian of `f` at x: the objective's own when it has one, else n HVPs.
+/// The dense Hessian of `f` at x: the objective's own when it has one, else n HVPs; or its
+/// Gauss–Newton matrix (`model`, objective_with_gauss_newton; counted as a Hessian).
 template <objective F>
 void dense_hessian(F& f, std::span<const double> x, std::span<double> H, std::span<double> scratch_grad, double& value,
-                   EvaluationCounts& counts) {
+                   EvaluationCounts& counts, Curvature model = Curvature::exact) {
   const index_t n = static_cast<index_t>(x.size());
   const ConstBlockView<double> X(x.data(), n, 1);
+  if constexpr (objective_with_gauss_newton<F>) {
+    if (model == Curvature::gauss_newton) {
+      f.hessian(X, std::span(&value, 1), BlockView<double>(scratch_grad.data(), n, 1), BlockView<double>(H.data(), n, n), model);
+      ++counts.gauss_newton;
+      return;
+    }
+  }
   if constexpr (objective_with_hessian<F>) {
     f.hessian(X, std::span(&value, 1), BlockView<double>(scratch_grad.data(), n, 1), BlockView<double>(H.data(), n, n));
     ++counts.hessians;
@@ -126,7 +139,16 @@ class TrustRegion {
     s.x_trial.assign(static_cast<std::size_t>(n), 0.0);
     s.g_trial.assign(static_cast<std::size_t>(n), 0.0);
     s.p.assign(static_cast<std::size_t>(n), 0.0);
+    if (opts_.curvature == Curvature::gauss_newton) {
+      if constexpr (!Sub::needs_hessian || !objective_with_gauss_newton<F>)
+        throw usage_error(Sub::needs_hessian ? "TrustRegionOptions::curvature = gauss_newton needs an objective with a Gauss–Newton matrix "
+                                               "(objective_with_gauss_newton: Likelihood on host shards); use Curvature::exact"
+                                             : "TrustRegionOptions::curvature = gauss_newton needs a subproblem with a dense matrix (Exact); "
+                                               "use TrustRegion<Exact> or Curvature::exact");
+    }
     s.hessian.assign(Sub::needs_hessian ? static_cast<std::size_t>(n * n) : 0, 0.0);
+    s.model = opts_.curvature;
+    s.hessian_at_x = false;
     s.radius = opts_.initial_radius;
     s.iteration = 0;
     s.maxiter = opts_.maxiter > 0 ? opts_.maxiter : 200 * n;
@@ -146,6 +168,7 @@ class TrustRegion {
     }
     new_iterate(f, s);
     if (stationary(s)) s.status = FitStatus::converged_gtol;
+    else if (edm_at_iterate(s)) s.status = FitStatus::converged_edm;
   }
 
   /// One outer iteration (trust-region.md §1.5); returns the status, `running` to go on.
@@ -225,6 +248,8 @@ class TrustRegion {
       s.g.swap(s.g_trial);
       s.f = s.f_trial;
       s.gradient_norm = detail::norm2(s.g);
+      // Near the minimum the Hessian's own curvature is what converges quadratically.
+      if (s.model == Curvature::gauss_newton && !sp.hits_boundary && predicted < opts_.exact_below) s.model = Curvature::exact;
       new_iterate(f, s);
     }
     ++s.iteration;
@@ -234,6 +259,7 @@ class TrustRegion {
     it.elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.start).count();
 
     if (stationary(s)) return s.status = FitStatus::converged_gtol;
+    if (it.accepted && edm_at_iterate(s)) return s.status = FitStatus::converged_edm;
     // f's rounding at the (new) iterate: no value of f confirms a decrease below it.
     const double resolution = this->resolution(s);
     // An accepted step off the boundary that predicted a decrease below edm_tol: a truncated Krylov
@@ -318,17 +344,18 @@ class TrustRegion {
   /// 1e-8. +∞ where H is not positive definite along the way (no minimum to estimate a distance to),
   /// and where CG has not met its tolerance after 2n iterations: a partial gᵀy only bounds the EDM
   /// from below, and a lower bound must not pass for convergence.
+  /// Under Curvature::gauss_newton the model first switches to ∇²f at x: an EDM is never the
+  /// approximation's.
   template <objective F>
   static double edm(F& f, state_type& s) {
     const index_t n = s.size();
     const double inf = std::numeric_limits<double>::infinity();
     if constexpr (Sub::needs_hessian) {
-      const Eigen::Map<const Eigen::MatrixXd> H(s.hessian.data(), n, n);
-      const Eigen::Map<const Eigen::VectorXd> g(s.g.data(), n);
-      const Eigen::LLT<Eigen::MatrixXd> llt(H);
-      if (llt.info() != Eigen::Success) return inf;
-      const double e = 0.5 * g.dot(llt.solve(g));
-      return std::isfinite(e) ? e : inf;
+      if (s.model != Curvature::exact) {
+        s.model = Curvature::exact;
+        new_iterate(f, s);
+      }
+      return cholesky_edm(s);
     } else {
       std::vector<double> y(static_cast<std::size_t>(n), 0.0), r(s.g), d(s.g), Hd(static_cast<std::size_t>(n));
       double rr = 0;
@@ -358,14 +385,40 @@ class TrustRegion {
     }
   }
 
-  /// Hands the new iterate to the subproblem (with its dense Hessian where it needs one).
+  /// ½·gᵀH⁻¹g from the Cholesky factor of the dense matrix at x; +∞ where it is not positive definite.
+  static double cholesky_edm(const state_type& s) {
+    const index_t n = s.size();
+    const double inf = std::numeric_limits<double>::infinity();
+    const Eigen::Map<const Eigen::MatrixXd> H(s.hessian.data(), n, n);
+    const Eigen::Map<const Eigen::VectorXd> g(s.g.data(), n);
+    const Eigen::LLT<Eigen::MatrixXd> llt(H);
+    if (llt.info() != Eigen::Success) return inf;
+    const double e = 0.5 * g.dot(llt.solve(g));
+    return std::isfinite(e) ? e : inf;
+  }
+
+  /// With ∇²f at hand at every iterate (Exact), the EDM test costs no evaluation: it is made at each
+  /// new iterate (with edm_tol > 0), not one step later from a step's predicted decrease. Records
+  /// the EDM tested in `s.last`; true when it is below edm_tol.
+  bool edm_at_iterate(state_type& s) const {
+    if constexpr (Sub::needs_hessian) {
+      if (opts_.edm_tol > 0 && s.model == Curvature::exact && s.hessian_at_x) {
+        s.last.edm = cholesky_edm(s);
+        return s.last.edm < opts_.edm_tol;
+      }
+    }
+    return false;
+  }
+
+  /// Hands the new iterate to the subproblem (with its dense matrix where it needs one).
   template <objective F>
   static void new_iterate(F& f, state_type& s) {
     const index_t n = s.size();
     if constexpr (Sub::needs_hessian) {
       double value = 0;
       std::vector<double>& scratch = s.g_trial;  // g_trial is free between steps
-      detail::dense_hessian(f, s.x, s.hessian, scratch, value, s.counts);
+      detail::dense_hessian(f, s.x, s.hessian, scratch, value, s.counts, s.model);
+      s.hessian_at_x = true;
       s.subproblem.new_iterate(s.g, ConstBlockView<double>(s.hessian.data(), n, n));
     } else {
       s.subproblem.new_iterate(s.g, {});

@@ -176,9 +176,14 @@ class ReplicaObjective {
   {
     pool_->submit({Kind::hessian, replica_, inputs_, x, {}, f, g, hess});
   }
+  void hessian(ConstBlockView<double> x, std::span<double> f, BlockView<double> g, BlockView<double> hess, Curvature curvature)
+    requires objective_with_gauss_newton<F>
+  {
+    pool_->submit({curvature == Curvature::exact ? Kind::hessian : Kind::gauss_newton, replica_, inputs_, x, {}, f, g, hess});
+  }
 
   /// One evaluation request of a replica, as the pool collects them.
-  enum class Kind { value, value_grad, hessp, hessian };
+  enum class Kind { value, value_grad, hessp, hessian, gauss_newton };
   struct Request {
     Kind kind;
     index_t replica;  ///< who asks (−1 in a place without a request)
@@ -271,7 +276,7 @@ class ReplicaBatchPool {
       occupied += static_cast<index_t>(keep);
       // HVPs first: a replica that has just accepted a point asks for its first HVP there, and
       // the likelihood still holds that point's products from the last value-and-gradient pass.
-      for (Kind kind : {Kind::hessp, Kind::value_grad, Kind::hessian, Kind::value}) {
+      for (Kind kind : {Kind::hessp, Kind::value_grad, Kind::hessian, Kind::gauss_newton, Kind::value}) {
         const index_t cols = evaluate(kind);
         if (cols == 0) continue;
         ++st.evaluations;
@@ -338,6 +343,12 @@ class ReplicaBatchPool {
           f_->hessian(X, fv, G, BlockView<double>(out_.data(), n, n * cols));
         }
         break;
+      case Kind::gauss_newton:
+        if constexpr (objective_with_gauss_newton<F>) {
+          out_.resize(static_cast<std::size_t>(n * n * cols));
+          f_->hessian(X, fv, G, BlockView<double>(out_.data(), n, n * cols), Curvature::gauss_newton);
+        }
+        break;
     }
     c = 0;
     for (Request& r : waiting_) {
@@ -350,7 +361,7 @@ class ReplicaBatchPool {
         }
         if (!r.f.empty()) r.f[static_cast<std::size_t>(j)] = f_out_[static_cast<std::size_t>(c)];
         if (!r.g.empty()) std::copy_n(g_.data() + c * n, n, r.g.col(j));
-        if (kind == Kind::hessian)
+        if (kind == Kind::hessian || kind == Kind::gauss_newton)
           for (index_t col = 0; col < n; ++col) std::copy_n(out_.data() + (c * n + col) * n, n, r.out.col(j * n + col));
       }
       r.replica = -1;  // served: its fiber runs on in the next round

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: MIT
+// The Gauss–Newton matrix (Curvature::gauss_newton) against Σ_b (n_b/ν_b²)·∇ν_b∇ν_bᵀ from finite
+// differences of the yields, and against the Hessian where the data equal the expectation.
+#include <catch2/catch.hpp>
+
+#include <Eigen/Dense>
+
+#include "random_model.hpp"
+
+using namespace fitlib;
+using fitlib::test::central_difference;
+using fitlib::test::rel_error;
+
+namespace {
+
+/// f, g and the matrix of `kind` at x.
+template <class L>
+std::vector<double> curvature(L& nll, const std::vector<double>& x, Curvature kind, std::vector<double>* g_out = nullptr) {
+  const index_t n = nll.size();
+  std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
+  nll.hessian(ConstBlockView<double>(x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n), kind);
+  if (g_out) *g_out = g;
+  return H;
+}
+
+double smallest_eigenvalue(const std::vector<double>& H, index_t n) {
+  return Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(Eigen::Map<const Eigen::MatrixXd>(H.data(), n, n)).eigenvalues()(0);
+}
+
+}  // namespace
+
+TEST_CASE("the Gauss–Newton matrix is Σ_b (n_b/ν_b²)·∇ν_b∇ν_bᵀ plus the constraints' curvature", "[likelihood][gauss-newton]") {
+  const auto type = GENERATE(SystematicType::log_normal, SystematicType::normal);
+  const bool linear_poi = GENERATE(false, true);
+  INFO((type == SystematicType::log_normal ? "log-normal" : "additive") << (linear_poi ? ", linear POIs" : ", squared POIs"));
+  test::RandomModelSpec spec;
+  spec.type = type;
+  spec.signals = 2;
+  spec.procs = 4;
+  spec.nsyst = 6;
+  spec.unconstrained = 2;
+  const Model model = test::random_model(spec);
+  LikelihoodOptions opts;
+  opts.allow_negative_poi = linear_poi;
+  SerialLikelihood nll(model, {}, opts);
+  const index_t n = nll.size(), P = model.nprocs(), B = model.nbins();
+  const std::vector<double> x = test::test_point(model, 2, linear_poi);
+
+  // ∇ν_b of every data bin, by fourth-order differences of the summed yields.
+  auto bin_yields = [&](const std::vector<double>& y) {
+    const std::vector<double> nu = nll.yields(y);
+    std::vector<double> sum(static_cast<std::size_t>(B), 0.0);
+    for (index_t b = 0; b < B; ++b)
+      for (index_t p = 0; p < P; ++p) sum[static_cast<std::size_t>(b)] += nu[static_cast<std::size_t>(b * P + p)];
+    return sum;
+  };
+  const std::vector<double> nu = bin_yields(x);
+  Eigen::MatrixXd J(B, n);
+  for (index_t k = 0; k < n; ++k) {
+    std::vector<double> e(static_cast<std::size_t>(n), 0.0);
+    e[static_cast<std::size_t>(k)] = 1.0;
+    const std::vector<double> d = central_difference(bin_yields, x, e, 1e-4);
+    for (index_t b = 0; b < B; ++b) J(b, k) = d[static_cast<std::size_t>(b)];
+  }
+  Eigen::MatrixXd ref = Eigen::MatrixXd::Zero(n, n);
+  for (index_t b = 0; b < B; ++b) {
+    const double nb = model.data[static_cast<std::size_t>(b)], v = nu[static_cast<std::size_t>(b)];
+    ref += (nb / (v * v)) * J.row(b).transpose() * J.row(b);
+  }
+  for (index_t s = 0; s < model.nsyst(); ++s) ref(model.npoi() + s, model.npoi() + s) += model.constraint_weights[static_cast<std::size_t>(s)];
+
+  std::vector<double> g_gn, g_exact;
+  const std::vector<double> GN = curvature(nll, x, Curvature::gauss_newton, &g_gn);
+  const std::vector<double> H = curvature(nll, x, Curvature::exact, &g_exact);
+  CHECK(rel_error(GN, std::vector<double>(ref.data(), ref.data() + n * n)) < 1e-8);
+  CHECK(test::same_bits(g_gn, g_exact));  // values and gradients are exact either way
+  CHECK(rel_error(GN, H) > 1e-3);         // away from the data the yields' own curvature counts
+  CHECK(smallest_eigenvalue(GN, n) > -1e-12 * Eigen::Map<const Eigen::MatrixXd>(GN.data(), n, n).norm());
+  // hessian(x, f, g, H) is the exact one.
+  std::vector<double> f(1), g(static_cast<std::size_t>(n)), H0(static_cast<std::size_t>(n * n));
+  nll.hessian(ConstBlockView<double>(x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H0.data(), n, n));
+  CHECK(test::same_bits(H0, H));
+}
+
+TEST_CASE("where the data equal the expectation the Gauss–Newton matrix is the Hessian", "[likelihood][gauss-newton]") {
+  const auto mode = GENERATE(BinByBinMode::lite, BinByBinMode::full);
+  const bool stats = GENERATE(false, true);
+  INFO((stats ? "bin-by-bin statistics, " : "no bin-by-bin statistics, ") << (mode == BinByBinMode::lite ? "lite" : "full"));
+  test::RandomModelSpec spec;
+  spec.template_stats = stats;
+  spec.zero_counts = false;
+  spec.nsyst = 6;
+  Model model = test::random_model(spec);
+  LikelihoodOptions opts;
+  opts.bin_by_bin.enabled = stats;
+  opts.bin_by_bin.mode = mode;
+  const index_t P = model.nprocs(), B = model.nbins();
+  const std::vector<double> x = test::test_point(model, 1, false);
+  {
+    SerialLikelihood at_default(model, {}, opts);
+    const std::vector<double> nu = at_default.yields(x);
+    for (index_t b = 0; b < B; ++b) {
+      double v = 0;
+      for (index_t p = 0; p < P; ++p) v += nu[static_cast<std::size_t>(b * P + p)];
+      model.data[static_cast<std::size_t>(b)] = v;
+    }
+  }
+  SerialLikelihood nll(model, {}, opts);
+  const index_t n = nll.size();
+  const std::vector<double> GN = curvature(nll, x, Curvature::gauss_newton), H = curvature(nll, x, Curvature::exact);
+  // The data term's slope vanishes in every bin; the constraints' (θ ≠ θ₀) is no yield curvature.
+  CHECK(rel_error(GN, H) < 1e-10);
+  CHECK(smallest_eigenvalue(GN, n) > 0);
+}
+
+TEST_CASE("the Gauss–Newton matrix is the same over shards and with sparse templates", "[likelihood][gauss-newton]") {
+  test::RandomModelSpec spec;
+  spec.template_stats = true;
+  spec.bins = 24;
+  const Model model = test::random_model(spec);
+  const std::vector<double> x = test::test_point(model, 3, false);
+  SerialLikelihood serial(model);
+  const std::vector<double> ref = curvature(serial, x, Curvature::gauss_newton);
+  ThreadedLikelihood threaded(model, cpu::Threads{3});
+  CHECK(rel_error(curvature(threaded, x, Curvature::gauss_newton), ref) < 1e-13);
+  Model sparse = model;
+  sparse.make_sparse();
+  SparseSerialLikelihood sparse_nll(sparse);
+  CHECK(rel_error(curvature(sparse_nll, x, Curvature::gauss_newton), ref) < 1e-13);
+}
