@@ -86,9 +86,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
   auto* pd = app.add_option("--pseudoData", a.pseudodata, "fit the tensor's pseudodata sets (names; none = all) instead of data with -t 0")
                  ->expected(0, -1);
   app.add_option("--minimizerMethod", a.method,
-                 "trust-krylov (GLTR), trust-ncg (Steihaug CG), trust-exact (Moré–Sorensen) or trust-gauss-newton (trust-exact on the "
-                 "Gauss–Newton matrix, then on the Hessian near the minimum)")
-      ->check(CLI::IsMember({"trust-krylov", "trust-ncg", "trust-exact", "trust-gauss-newton"}))
+                 "auto (trust-gauss-newton or trust-krylov, by the cost of a dense Hessian), trust-krylov (GLTR), trust-ncg (Steihaug CG), "
+                 "trust-exact (Moré–Sorensen) or trust-gauss-newton (trust-exact on the Gauss–Newton matrix, then on the Hessian near "
+                 "the minimum)")
+      ->check(CLI::IsMember({"auto", "trust-krylov", "trust-ncg", "trust-exact", "trust-gauss-newton"}))
       ->capture_default_str();
   app.add_option("--preconditioning", a.preconditioning, "change of variables from the prefit Hessian: none, diagonal, cholesky")
       ->check(CLI::IsMember({"none", "diagonal", "cholesky"}))

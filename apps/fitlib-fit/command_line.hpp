@@ -28,7 +28,7 @@ struct Args {
   int replica_batch = 0;
   std::vector<std::string> pseudodata;
   bool use_pseudodata = false;
-  std::string method = "trust-krylov", preconditioning = "none";
+  std::string method = "auto", preconditioning = "none";
   double gtol = 0, edm_tol = 1e-12;
   index_t maxiter = 0;
   bool no_bbb = false;

@@ -98,6 +98,12 @@ int main(int argc, char** argv) {
                    in.model.nsyst(), read_seconds);
     if (!a.quiet && a.rank == 0) std::fprintf(stderr, "fitlib-fit: channels: %s\n", describe_channels(in.model.channels).c_str());
 
+    if (a.method == "auto") {
+      a.method = default_minimizer(in.model);
+      if (!a.quiet && a.rank == 0)
+        std::fprintf(stderr, "fitlib-fit: minimizer %s (--minimizerMethod auto: a dense Hessian costs ~%.0f passes over the templates)\n",
+                     a.method.c_str(), cost_model(in.model).hessian_passes());
+    }
     auto model = std::make_shared<const Model>(std::move(in.model));
     const Fits fits = storage::visit(*model, [&]<class S>(S) { return run_all<S>(a, model, shards, ro, lo, in); });
     bool all_converged = true;

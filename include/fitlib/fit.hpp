@@ -7,6 +7,7 @@
 #include "fitlib/core/types.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/concepts.hpp"
+#include "fitlib/model/cost_model.hpp"
 #include "fitlib/model/model.hpp"
 #include "fitlib/model/model_builder.hpp"
 #include "fitlib/device/serial.hpp"

@@ -365,7 +365,7 @@ FitSettings settings_of(const PyModel& m, bool bin_by_bin, const std::string& bi
 
 PyFitResult py_fit(const PyModel& m, bool bin_by_bin, const std::string& bin_by_bin_mode, const std::string& bin_by_bin_type,
                    const std::string& data_term, bool allow_negative_poi, std::vector<std::string> frozen, bool covariance, index_t threads,
-                   double edm_tol, index_t max_iterations, bool progress) {
+                   double edm_tol, index_t max_iterations, const std::string& method, bool progress) {
   auto o = std::make_shared<FitOutcome>();
   o->model = m.model;
   FitSettings& s = o->settings;
@@ -374,6 +374,7 @@ PyFitResult py_fit(const PyModel& m, bool bin_by_bin, const std::string& bin_by_
   if (max_iterations < 0) throw usage_error("max_iterations must be ≥ 0 (0: 200 per parameter), got " + std::to_string(max_iterations));
   s.minimizer.edm_tol = edm_tol;
   s.minimizer.maxiter = max_iterations;
+  set_method(s, *m.model, method);
   s.fit.frozen = std::move(frozen);
   s.fit.covariance = covariance;
   Progress p(progress);
@@ -720,6 +721,8 @@ void bind_fit(nb::module_& m) {
                      return d;
                    })
       .def("report", [](const PyFitResult& r) { return r.outcome->result.report(); }, "a table of the parameters and the fit's summary")
+      .def_prop_ro("method", [](const PyFitResult& r) { return r.outcome->settings.method; },
+                   "the minimizer that fitted it (fit's method, 'auto' resolved)")
       .def("__repr__", [](const PyFitResult& r) {
         return "FitResult(" + r.outcome->result.status_text() + ", nll=" + std::to_string(r.outcome->result.nll) + ")";
       });
@@ -732,7 +735,7 @@ void bind_fit(nb::module_& m) {
         "cannot decode them).");
   m.def("fit", &py_fit, "model"_a, nb::kw_only(), "bin_by_bin"_a = true, "bin_by_bin_mode"_a = "lite", "bin_by_bin_type"_a = "automatic",
         "data_term"_a = "poisson", "allow_negative_poi"_a = false, "frozen"_a = std::vector<std::string>(), "covariance"_a = true,
-        "threads"_a = 0, "edm_tol"_a = 1e-12, "max_iterations"_a = 0, "progress"_a = false,
+        "threads"_a = 0, "edm_tol"_a = 1e-12, "max_iterations"_a = 0, "method"_a = "auto", "progress"_a = false,
         "Fits the model's observed data; the defaults are fitlib-fit's, so that fit(model) is `fitlib-fit TENSOR -t 0 --unblind`.\n\n"
         "bin_by_bin: Barlow-Beeston bin-by-bin statistics (--noBinByBinStat turns them off); bin_by_bin_mode: 'lite' or 'full'; "
         "bin_by_bin_type: 'automatic', 'gamma', 'normal-multiplicative' or 'normal-additive' (--binByBinStatType).\n"
@@ -743,6 +746,8 @@ void bind_fit(nb::module_& m) {
         "threads: the bins split into as many shards, evaluated concurrently (--threads); 0: every core this process may use, "
         "as many as the unmasked bins allow (fitlib-fit's default).\n"
         "edm_tol: converged when the EDM is below it (--minimizerEdmTol); max_iterations: 0 is 200 per parameter (--minimizerMaxiter).\n"
+        "method: 'auto' (trust-gauss-newton or trust-krylov by the cost of a dense Hessian, as fitlib-fit), 'trust-krylov', "
+        "'trust-exact' or 'trust-gauss-newton' (--minimizerMethod).\n"
         "progress: a tqdm bar of the iterations where tqdm is installed, else a line per iteration on stderr (always: a line per "
         "iteration on the logger 'fitlib' at DEBUG, and the outcome at INFO).\n"
         "Non-convergence is a status (FitResult.converged), never an exception. The GIL is released while it runs; Ctrl-C stops the "

@@ -16,17 +16,37 @@ namespace fitlib::python {
 /// `fit(model)` is the fit `fitlib-fit TENSOR -t 0 --unblind` runs, bit for bit.
 struct FitSettings {
   LikelihoodOptions likelihood = {};
-  /// fitlib-fit's minimizer: trust-krylov (Gltr) without SciPy's gradient test, converged on the EDM.
+  /// fitlib-fit's minimizer options: no SciPy gradient test, converged on the EDM.
   TrustRegionOptions minimizer = [] {
     TrustRegionOptions o;
     o.gtol = 0;
     o.edm_tol = 1e-12;
     return o;
   }();
+  /// fitlib-fit's --minimizerMethod, resolved (never "auto"): trust-krylov (Gltr), trust-exact or trust-gauss-newton
+  /// (Exact, minimizer.curvature saying which); see set_method.
+  std::string method = "trust-krylov";
   FitOptions fit = {};
   /// 1: cpu::Serial; k > 1: cpu::Threads, the bins in k shards (fitlib-fit --threads k).
   index_t threads = 1;
 };
+
+/// Sets s.method and s.minimizer.curvature from fit's `method` keyword: "auto" resolves as fitlib-fit's does
+/// (default_minimizer), so that fit(model) stays fitlib-fit's fit.
+inline void set_method(FitSettings& s, const Model& m, const std::string& method) {
+  s.method = method == "auto" ? std::string(default_minimizer(m)) : method;
+  if (s.method != "trust-krylov" && s.method != "trust-exact" && s.method != "trust-gauss-newton")
+    throw usage_error("method must be 'auto', 'trust-krylov', 'trust-exact' or 'trust-gauss-newton' (fitlib-fit --minimizerMethod), got '" +
+                      method + "'");
+  s.minimizer.curvature = s.method == "trust-gauss-newton" ? Curvature::gauss_newton : Curvature::exact;
+}
+
+/// Calls f with the trust region s.method names.
+template <class F>
+decltype(auto) with_minimizer(const FitSettings& s, F&& f) {
+  if (s.method == "trust-krylov") return f(TrustRegion<Gltr>(s.minimizer));
+  return f(TrustRegion<Exact>(s.minimizer));
+}
 
 /// A fit with what it was fitted on and with, from which its histograms rebuild its likelihood.
 struct FitOutcome {
@@ -116,7 +136,9 @@ struct IterationHook {
 /// The fit of the model's observed data.
 template <class Storage>
 FitResult run_fit(const std::shared_ptr<const Model>& model, const FitSettings& s, const IterationHook& hook) {
-  return with_likelihood<Storage>(model, s, [&](auto& lik) { return fitlib::fit(lik, TrustRegion<Gltr>(s.minimizer), s.fit, hook); });
+  return with_likelihood<Storage>(model, s, [&](auto& lik) {
+    return with_minimizer(s, [&](const auto& tr) { return fitlib::fit(lik, tr, s.fit, hook); });
+  });
 }
 
 /// What is computed after a fit, each on a likelihood built as the fit's was.
@@ -134,7 +156,7 @@ struct Postfit {
   /// A profile scan with the fit's minimizer (fitlib-fit --scan).
   static Scan scan(const FitOutcome& f, const std::string& parameter, const ScanOptions& so) {
     return with_likelihood<Storage>(f.model, f.settings, [&](auto& lik) {
-      return fitlib::profile_scan(lik, TrustRegion<Gltr>(f.settings.minimizer), f.result, parameter, so);
+      return with_minimizer(f.settings, [&](const auto& tr) { return fitlib::profile_scan(lik, tr, f.result, parameter, so); });
     });
   }
 };

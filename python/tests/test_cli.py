@@ -72,11 +72,13 @@ def test_defaults_are_fitlib_fits_own():
     # Spelled out, rabbit's defaults change nothing either, also those of the options fitlib does not have.
     spelled = translate("t.hdf5", "-o", "./", "--outname", "fitresults.hdf5", "-t", "-1", "--seed", "123456789",
                         "--toysSystRandomize", "frequentist", "--toysDataRandomize", "poisson", "--toysDataMode", "expected",
-                        "--minimizerMethod", "trust-krylov", "--binByBinStatType", "automatic", "--binByBinStatMode", "lite",
+                        "--binByBinStatType", "automatic", "--binByBinStatMode", "lite",
                         "--minBBKstat", "0", "--scanPoints", "15", "--scanRange", "3", "-v", "3", "--expectSignal", "1",
                         "--earlyStopping", "-1", "--POIMode", "mu", "--paramModel", "Mu", "--regularizationStrength", "0",
                         "--prefitUnconstrainedNuisanceUncertainty", "0", "--blindingGroup", "--asymImpactsHess", "exact")
     assert spelled[0] == fitlib_argv
+    # rabbit's own minimiser is not fitlib-fit's default (auto): spelled out, it is passed on.
+    assert translate("t.hdf5", "--minimizerMethod", "trust-krylov")[0] == [*fitlib_argv, "--minimizerMethod", "trust-krylov"]
 
 
 def test_options_fitlib_fit_has():
@@ -199,7 +201,7 @@ def test_ignored_options_noted():
     (["--regularizationStrength", "0.1"], "--regularizationStrength: fitlib does not have"),
     (["--lCurveScan"], "--lCurveScan: fitlib does not have"),
     (["--minimizerMethod", "L-BFGS-B"], "--minimizerMethod L-BFGS-B: fitlib minimises with trust-region methods only; "
-                                        "instead: trust-krylov, trust-ncg, trust-exact"),
+                                        "instead: trust-krylov, trust-ncg, trust-exact, trust-gauss-newton"),
     (["--minimizerMaxiter", "0"], "--minimizerMaxiter 0: fitlib takes a positive iteration limit"),
     (["--saveHists", "-m", "Asymmetry", "ch0", "ch1"], "-m Asymmetry: fitlib does not have this mapping; it has Select, "
                                                        "Project, Normalize, Ratio"),

@@ -118,6 +118,8 @@ def test_result(demo_fit):
     assert not demo_fit.frozen.any() and demo_fit.frozen.dtype == bool
     assert demo_fit.status_text.startswith("converged")
     assert "signal" in demo_fit.report()
+    assert demo_fit.method == "trust-gauss-newton"  # auto's choice for the demo (asymmetric, a Hessian of a few passes)
+    assert demo_fit.evaluations["gauss_newton"] > 0
 
 
 def test_frozen(demo):
@@ -181,6 +183,7 @@ def test_errors_are_python_errors():
         ({"threads": -1}, "threads must be ≥ 1, or 0 for every core"),
         ({"threads": 1000}, "shards"),
         ({"data_term": "poisson2"}, "data_term='poisson2' is not one of"),
+        ({"method": "BFGS"}, "method must be 'auto', 'trust-krylov', 'trust-exact' or 'trust-gauss-newton'"),
     ],
 )
 def test_bad_options_are_usage_errors(demo, options, message):
@@ -396,6 +399,8 @@ def test_blosc2_tensor_needs_no_plugin_path(monkeypatch):
         (dict(data_term="chisq"), ["--chisqFit"]),
         (dict(allow_negative_poi=True), ["--allowNegativePOI"]),
         (dict(frozen=["lumi", "jes"]), ["--freezeParameters", "lumi", "jes"]),
+        (dict(method="trust-krylov"), ["--minimizerMethod", "trust-krylov"]),
+        (dict(method="trust-exact"), ["--minimizerMethod", "trust-exact"]),
     ],
 )
 def test_options_are_fitlib_fits(demo, tmp_path_factory, options, flags):

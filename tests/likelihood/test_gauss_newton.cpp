@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The Gauss–Newton matrix (Curvature::gauss_newton) against Σ_b (n_b/ν_b²)·∇ν_b∇ν_bᵀ from finite
-// differences of the yields, and against the Hessian where the data equal the expectation.
+// differences of the yields (plus a non-negative diagonal where the interpolation is asymmetric), and
+// against the Hessian where the data equal the expectation.
 #include <catch2/catch.hpp>
 
 #include <Eigen/Dense>
@@ -32,8 +33,11 @@ double smallest_eigenvalue(const std::vector<double>& H, index_t n) {
 TEST_CASE("the Gauss–Newton matrix is Σ_b (n_b/ν_b²)·∇ν_b∇ν_bᵀ plus the constraints' curvature", "[likelihood][gauss-newton]") {
   const auto type = GENERATE(SystematicType::log_normal, SystematicType::normal);
   const bool linear_poi = GENERATE(false, true);
-  INFO((type == SystematicType::log_normal ? "log-normal" : "additive") << (linear_poi ? ", linear POIs" : ", squared POIs"));
+  const bool asymmetric = GENERATE(false, true);
+  INFO((type == SystematicType::log_normal ? "log-normal" : "additive") << (linear_poi ? ", linear POIs" : ", squared POIs")
+                                                                       << (asymmetric ? ", asymmetric" : ", symmetric"));
   test::RandomModelSpec spec;
+  spec.asymmetric = asymmetric;
   spec.type = type;
   spec.signals = 2;
   spec.procs = 4;
@@ -72,9 +76,21 @@ TEST_CASE("the Gauss–Newton matrix is Σ_b (n_b/ν_b²)·∇ν_b∇ν_bᵀ plu
   std::vector<double> g_gn, g_exact;
   const std::vector<double> GN = curvature(nll, x, Curvature::gauss_newton, &g_gn);
   const std::vector<double> H = curvature(nll, x, Curvature::exact, &g_exact);
-  CHECK(rel_error(GN, std::vector<double>(ref.data(), ref.data() + n * n)) < 1e-8);
+  // The asymmetric interpolation adds the positive part of its own curvature to the systematics'
+  // diagonal (test_point puts some θ in |θ| < ½, where g'' ≠ 0).
+  Eigen::MatrixXd diff = Eigen::Map<const Eigen::MatrixXd>(GN.data(), n, n) - ref;
+  const double scale = ref.cwiseAbs().maxCoeff();
+  double added = 0;
+  for (index_t i = 0; i < n; ++i) {
+    CHECK(diff(i, i) > -1e-8 * scale);
+    added = std::max(added, diff(i, i));
+    if (i < model.npoi() || !asymmetric) CHECK(std::abs(diff(i, i)) < 1e-8 * scale);
+    diff(i, i) = 0;
+  }
+  CHECK(diff.cwiseAbs().maxCoeff() < 1e-8 * scale);
+  if (!asymmetric) CHECK(added < 1e-8 * scale);
   CHECK(test::same_bits(g_gn, g_exact));  // values and gradients are exact either way
-  CHECK(rel_error(GN, H) > 1e-3);         // away from the data the yields' own curvature counts
+  if (type == SystematicType::log_normal) CHECK(rel_error(GN, H) > 1e-3);  // away from the data the yields' own curvature counts
   CHECK(smallest_eigenvalue(GN, n) > -1e-12 * Eigen::Map<const Eigen::MatrixXd>(GN.data(), n, n).norm());
   // hessian(x, f, g, H) is the exact one.
   std::vector<double> f(1), g(static_cast<std::size_t>(n)), H0(static_cast<std::size_t>(n * n));
@@ -111,6 +127,29 @@ TEST_CASE("where the data equal the expectation the Gauss–Newton matrix is the
   // The data term's slope vanishes in every bin; the constraints' (θ ≠ θ₀) is no yield curvature.
   CHECK(rel_error(GN, H) < 1e-10);
   CHECK(smallest_eigenvalue(GN, n) > 0);
+}
+
+TEST_CASE("the Gauss–Newton matrix is positive semi-definite with bin-by-bin statistics, empty bins and every data term",
+          "[likelihood][gauss-newton]") {
+  const auto mode = GENERATE(BinByBinMode::lite, BinByBinMode::full);
+  const auto type = GENERATE(BinByBinType::gamma, BinByBinType::normal_multiplicative, BinByBinType::normal_additive);
+  const auto term = GENERATE(DataTerm::poisson, DataTerm::chisq);
+  INFO((mode == BinByBinMode::lite ? "lite, " : "full, ") << static_cast<int>(type) << (term == DataTerm::poisson ? ", Poisson" : ", χ²"));
+  test::RandomModelSpec spec;
+  spec.template_stats = true;  // zero_counts: every fourth bin empty
+  spec.nsyst = 6;
+  Model model = test::random_model(spec);
+  test::add_data_variances(model);
+  LikelihoodOptions opts;
+  opts.data_term = term;
+  opts.bin_by_bin.mode = mode;
+  opts.bin_by_bin.type = type;
+  SerialLikelihood nll(model, {}, opts);
+  const index_t n = nll.size();
+  for (std::uint64_t point = 0; point < 3; ++point) {
+    const std::vector<double> GN = curvature(nll, test::test_point(model, point, false), Curvature::gauss_newton);
+    CHECK(smallest_eigenvalue(GN, n) > -1e-12 * Eigen::Map<const Eigen::MatrixXd>(GN.data(), n, n).norm());
+  }
 }
 
 TEST_CASE("the Gauss–Newton matrix is the same over shards and with sparse templates", "[likelihood][gauss-newton]") {

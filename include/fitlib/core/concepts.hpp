@@ -35,8 +35,10 @@ enum class Curvature {
   exact,  ///< the Hessian ∇²f
   /// The Gauss–Newton matrix of a likelihood: ∇²f without the terms that weigh the expected yields'
   /// own second derivatives by the data term's slope ∂f/∂ν (which vanishes, bin by bin, where the
-  /// model fits the data). Positive semi-definite where the data term is convex in the yields, and
-  /// a GEMM over one row per bin instead of one per bin and process.
+  /// model fits the data), but with the positive part of the asymmetric interpolation's curvature
+  /// along each systematic (a diagonal: without it a step runs past the nearer of the two minima
+  /// that interpolation can make, docs/benchmarks.md). Positive semi-definite where the data term
+  /// is convex in the yields, and a GEMM over one row per bin instead of one per bin and process.
   gauss_newton,
 };
 

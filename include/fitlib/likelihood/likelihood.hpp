@@ -292,7 +292,9 @@ class Likelihood {
   /// GEMMs over one row per bin; the covariance term's, the global terms' and the penalties' curvature
   /// exact); objective_with_gauss_newton. The host shards have it.
   void hessian(ConstBlockView<double> x, std::span<double> f, BlockView<double> g, BlockView<double> hess, Curvature kind)
-    requires requires(ShardT& s, ConstBlockView<double> cx, BlockView<double> h, index_t k) { s.hessian(cx, k, h, cx, h, k, Curvature::gauss_newton); }
+    requires requires(ShardT& s, ConstBlockView<double> cx, BlockView<double> h, index_t k, std::span<double> d) {
+      s.hessian(cx, k, h, cx, h, k, Curvature::gauss_newton, d);
+    }
   {
     curvature(x, f, g, hess, kind);
   }
@@ -539,9 +541,14 @@ class Likelihood {
   }
 
   /// hessian's work: the shards' data-term matrices of `kind` summed in shard order, then the exact
-  /// curvature of the covariance term, the global terms and the penalties.
+  /// curvature of the covariance term, the global terms and the penalties. The Gauss–Newton matrix
+  /// takes the positive part of the interpolation's diagonal term of the sum over all shards (the
+  /// shards send it after their matrices), so that it does not depend on the shard count.
   void curvature(ConstBlockView<double> x, std::span<double> f, BlockView<double> g, BlockView<double> hess, Curvature kind) {
     const index_t n = nparams_, nx = x.cols;
+    const bool gauss_newton = kind == Curvature::gauss_newton;
+    const index_t S = model_->nsyst(), tail = gauss_newton ? S : 0;
+    std::vector<double> interpolation(static_cast<std::size_t>(tail));
     require(hess.rows == n && hess.cols == n * nx, "hessian output", n, n * nx, hess);
     evaluate(x, {}, f, g, {});
     const bool coupled = opts_.data_term == DataTerm::covariance;
@@ -551,17 +558,22 @@ class Likelihood {
     for (index_t j = 0; j < nx; ++j) {
       BlockView<double> hj = hess.block_cols(j * n, n);
       shards_.reduce(
-          n * n, mark,
+          n * n + tail, mark,
           [&](std::size_t k, double* row) {
             const ConstBlockView<double> y = coupled ? shards_.data_rows(coupled_.y(), k) : ConstBlockView<double>{};
             const BlockView<double> r = coupled ? shards_.data_rows(*rows, k) : BlockView<double>{};
             const index_t slot = slots.empty() ? 0 : slots[static_cast<std::size_t>(j)];
-            if (kind == Curvature::exact)
-              shards_[k].hessian(x, j, BlockView<double>(row, n, n), y, r, slot);
-            else if constexpr (requires { shards_[k].hessian(x, j, BlockView<double>(row, n, n), y, r, slot, kind); })
-              shards_[k].hessian(x, j, BlockView<double>(row, n, n), y, r, slot, kind);
+            const BlockView<double> h(row, n, n);
+            if (!gauss_newton)
+              shards_[k].hessian(x, j, h, y, r, slot);
+            else if constexpr (requires { shards_[k].hessian(x, j, h, y, r, slot, kind, std::span<double>()); })
+              shards_[k].hessian(x, j, h, y, r, slot, kind, std::span<double>(row + n * n, static_cast<std::size_t>(S)));
           },
-          [&](const double* row, index_t k) { put(hj, ConstBlockView<double>(row, n, n), k == 0); });
+          [&](const double* row, index_t k) {
+            put(hj, ConstBlockView<double>(row, n, n), k == 0);
+            for (index_t s = 0; s < tail; ++s) interpolation[static_cast<std::size_t>(s)] = (k == 0 ? 0.0 : interpolation[static_cast<std::size_t>(s)]) + row[n * n + s];
+          });
+      for (index_t s = 0; s < tail; ++s) hj(npoi_ + s, npoi_ + s) += std::max(interpolation[static_cast<std::size_t>(s)], 0.0);
       if (coupled) coupled_.add_curvature(j, hj);
     }
     global_.add(*model_, x, {}, {}, {}, {}, hess, theta0s());

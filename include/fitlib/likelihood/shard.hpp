@@ -261,12 +261,16 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   /// the local part only, and the rows R_b = Σ_p u₁_p·∂ν_p/∂x that meet (C + diag q)⁻¹ go to
   /// `coupled_rows` (`[ndata × nparams]`), for the likelihood's Rᵀ·(C + diag q)⁻¹·R.
   ///
-  /// `slot` names the data slot of the column (see set_slot). With Curvature::gauss_newton the terms
-  /// weighted by the bins' first derivatives g_p (the yields' own curvature: ∂²ν/∂L², the POI cross
-  /// terms, the interpolation's g'') are left out, so no cell rows enter the GEMMs (but the full
-  /// mode's diag(δ)): Jᵀ(diag δ + U·S·Uᵀ)J, a GEMM over one row per bin instead of 1 + P.
+  /// `slot` names the data slot of the column (see set_slot). With Curvature::gauss_newton every term
+  /// that the data term's slope weighs is left out: the yields' own curvature (∂²ν/∂L², the POI cross
+  /// terms, g_p-weighted) and β's (δ and S's corner s₁₂, s₂₂, which grow with the slope), leaving
+  /// s₁₁·J₁ᵀJ₁ with J₁ = U's first column applied to the cells' Jacobians (the Schur complement of the
+  /// joint Gauss–Newton matrix in the yields and β; positive semi-definite): a GEMM over one row per
+  /// bin instead of 1 + P (or 2 + P). The interpolation's diagonal term goes to `interpolation`
+  /// (nsyst entries) instead, whose sum over the shards the likelihood keeps the positive part of.
   void hessian(ConstBlockView<double> x, index_t j, BlockView<double> hess, ConstBlockView<double> coupled_y = {},
-               BlockView<double> coupled_rows = {}, index_t slot = 0, Curvature curvature = Curvature::exact) {
+               BlockView<double> coupled_rows = {}, index_t slot = 0, Curvature curvature = Curvature::exact,
+               std::span<double> interpolation = {}) {
     const ConstBlockView<double> xj = x.block_cols(j, 1);
     prepare_columns(xj, {});
     bind_slots(std::span(&slot, 1), 1);
@@ -277,8 +281,11 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     const index_t P = nprocs_, S = nsyst(), n = nparams(), npoi = this->npoi();
     const bool symmetric = cols_.symmetric();
     const index_t bins_per_block = std::max<index_t>(1, hessian_block_rows_ / P);
-    // One bin row per bin (its Jacobian), two when β couples the cells (U's two columns, bbstat.hpp).
-    const index_t nbr = bb_.enabled && bb_.multiplicative() ? 2 : 1;
+    // One bin row per bin (its Jacobian), two when β couples the cells (U's two columns, bbstat.hpp;
+    // the second meets only s₁₂ and s₂₂, which the Gauss–Newton matrix leaves out). `gp` (1 or 0)
+    // weighs the terms it leaves out.
+    const double gp = curvature == Curvature::exact ? 1.0 : 0.0;
+    const index_t nbr = bb_.enabled && bb_.multiplicative() && gp != 0 ? 2 : 1;
     const index_t max_rows = bins_per_block * (P + nbr);
     if (hM_.rows() < max_rows || hM_.cols() != n) {
       hM_.resize(max_rows, n);
@@ -289,11 +296,9 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     H.setZero();
     std::vector<double> diag_acc(static_cast<std::size_t>(symmetric ? 0 : S), 0.0);
     std::vector<double> weight(static_cast<std::size_t>(max_rows), 0.0);  // rows of absent (sparse) cells stay 0
-    // Cell rows carry ∂²ν/∂L² (log-normal) and the full mode's diag(δ).
-    // The Gauss–Newton matrix keeps only the full mode's: `gp` (1 or 0) weighs the g_p terms.
-    const bool full_rows = bb_.enabled && bb_.mode == BinByBinMode::full && bb_.multiplicative();
-    const double gp = curvature == Curvature::exact ? 1.0 : 0.0;
-    const bool cell_rows = full_rows || (gp != 0 && model_->systematic_type == SystematicType::log_normal);
+    // Cell rows carry ∂²ν/∂L² (log-normal) and the full mode's diag(δ); the Gauss–Newton matrix neither.
+    const bool cell_rows = gp != 0 && (model_->systematic_type == SystematicType::log_normal ||
+                                       (bb_.enabled && bb_.mode == BinByBinMode::full && bb_.multiplicative()));
     std::vector<detail::BinCurvature> curv(static_cast<std::size_t>(bins_per_block));
 
     for (index_t i0 = 0; i0 < ndata_; i0 += bins_per_block) {
@@ -319,14 +324,14 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
           tpl_.effective_row(i, cc, symmetric ? nullptr : cols_.dg(), e);
           detail::axpy(u1[p] * c.d_L, e, M.row(ib * nbr).data() + npoi, S);
           if (nbr == 2) detail::axpy(u2[p] * c.d_L, e, M.row(ib * nbr + 1).data() + npoi, S);
-          weight[static_cast<std::size_t>(r)] = gp * g[p] * c.d_LL + delta[p] * c.d_L * c.d_L;
+          weight[static_cast<std::size_t>(r)] = gp * (g[p] * c.d_LL + delta[p] * c.d_L * c.d_L);
           if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0) {
             M(ib * nbr, q) += u1[p] * c.d_mu;
             if (nbr == 2) M(ib * nbr + 1, q) += u2[p] * c.d_mu;
-            Y(r, q) = gp * g[p] * c.d_muL + delta[p] * c.d_L * c.d_mu;
-            H(q, q) += gp * g[p] * c.d_mumu + delta[p] * c.d_mu * c.d_mu;
+            Y(r, q) = gp * (g[p] * c.d_muL + delta[p] * c.d_L * c.d_mu);
+            H(q, q) += gp * (g[p] * c.d_mumu + delta[p] * c.d_mu * c.d_mu);
           }
-          if (!symmetric && gp != 0) tpl_.add_half(i, cc, g[p] * c.d_L, diag_acc.data());
+          if (!symmetric) tpl_.add_half(i, cc, g[p] * c.d_L, diag_acc.data());
         }
       }
       for (index_t ib = 0; ib < nbk && coupled; ++ib)
@@ -338,7 +343,7 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
       for (index_t ib = 0; ib < nbk; ++ib) {  // the bin rows' weight is the 2 × 2 block S (or its corner)
         const auto& t = curv[static_cast<std::size_t>(ib)];
         if (nbr == 1) {
-          DM.row(ib) = t.s11 * M.row(ib);
+          DM.row(ib) = t.s11 * M.row(ib);  // (the Gauss–Newton matrix's s₁₁ alone, also with β)
         } else {
           DM.row(2 * ib) = t.s11 * M.row(2 * ib) + t.s12 * M.row(2 * ib + 1);
           DM.row(2 * ib + 1) = t.s12 * M.row(2 * ib) + t.s22 * M.row(2 * ib + 1);
@@ -347,7 +352,18 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
       H.template triangularView<Eigen::Lower>() += Mr.transpose() * DM;
       if (npoi > 0 && cell_rows) H.leftCols(npoi).noalias() += M.transpose() * Y.leftCols(npoi);
     }
-    for (index_t s = 0; s < S && !symmetric; ++s) H(npoi + s, npoi + s) += cols_.d2g()[s] * diag_acc[static_cast<std::size_t>(s)];
+    // The interpolation's own curvature g''(θ_s)·Σ g_p·∂ν_p/∂L·h_ps, a diagonal (to `interpolation` for
+    // the Gauss–Newton matrix).
+    if (gp == 0) {
+      if (static_cast<index_t>(interpolation.size()) != S)
+        throw usage_error("the Gauss–Newton matrix of a shard needs its interpolation term's " + std::to_string(S) + " entries");
+      std::fill(interpolation.begin(), interpolation.end(), 0.0);
+    }
+    for (index_t s = 0; s < S && !symmetric; ++s) {
+      const double t = cols_.d2g()[s] * diag_acc[static_cast<std::size_t>(s)];
+      if (gp != 0) H(npoi + s, npoi + s) += t;
+      else interpolation[static_cast<std::size_t>(s)] = t;
+    }
     for (index_t c = 1; c < n; ++c)
       for (index_t r = 0; r < c; ++r) H(r, c) = H(c, r);
   }

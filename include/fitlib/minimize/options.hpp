@@ -40,6 +40,10 @@ struct TrustRegionOptions {
   /// With Curvature::gauss_newton: the predicted decrease of an accepted step inside the region
   /// below which the model switches to ∇²f (> 0; +∞: at the first such step).
   double exact_below = 1e-3;
+  /// With Curvature::gauss_newton: the most iterations on the Gauss–Newton model (≥ 1); then ∇²f
+  /// whatever the steps. Where the data term's curvature vanishes (empty bins: n/ν² = 0) the model
+  /// is only linear in the yields and its steps stay on the boundary.
+  index_t gauss_newton_iterations = 10;
 
   void validate() const {
     auto fail = [](const std::string& what) { throw std::invalid_argument("TrustRegionOptions::" + what); };
@@ -52,6 +56,7 @@ struct TrustRegionOptions {
     if (!(edm_tol >= 0)) fail("edm_tol must be ≥ 0, got " + std::to_string(edm_tol));
     if (maxiter < 0) fail("maxiter must be ≥ 0 (0 = 200·n), got " + std::to_string(maxiter));
     if (!(exact_below > 0)) fail("exact_below must be > 0, got " + std::to_string(exact_below));
+    if (gauss_newton_iterations < 1) fail("gauss_newton_iterations must be ≥ 1, got " + std::to_string(gauss_newton_iterations));
   }
 };
 

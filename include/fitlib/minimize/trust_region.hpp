@@ -194,8 +194,10 @@ class TrustRegion {
     // No predicted decrease: SciPy's failure, unless x is a minimum to f's rounding, where the prediction
     // itself is a rounded-off zero (an exact Hessian at an Asimov fit's start).
     if (std::isfinite(predicted) && predicted <= 0) {
+      const bool approximate = s.model != Curvature::exact;  // no stop on the Gauss–Newton model's failure
       const double e = s.last.edm = edm(f, s);
       if (e < opts_.edm_tol) return s.status = FitStatus::converged_edm;
+      if (approximate) return step(f, s);  // the same step on ∇²f (the model is exact now: once)
       if (e <= resolution(s)) return s.status = FitStatus::converged_precision;
       return s.status = FitStatus::bad_prediction;
     }
@@ -250,6 +252,10 @@ class TrustRegion {
       s.gradient_norm = detail::norm2(s.g);
       // Near the minimum the Hessian's own curvature is what converges quadratically.
       if (s.model == Curvature::gauss_newton && !sp.hits_boundary && predicted < opts_.exact_below) s.model = Curvature::exact;
+      if (s.model == Curvature::gauss_newton && s.iteration + 1 >= opts_.gauss_newton_iterations) s.model = Curvature::exact;
+      new_iterate(f, s);
+    } else if (s.model == Curvature::gauss_newton && s.iteration + 1 >= opts_.gauss_newton_iterations) {
+      s.model = Curvature::exact;
       new_iterate(f, s);
     }
     ++s.iteration;
@@ -289,8 +295,10 @@ class TrustRegion {
     // decrease (the EDM, finite and from a positive-definite H) is itself below edm_tol, or below
     // f's rounding (`resolution`), where no value of f can confirm a further decrease; else stalled.
     if (!it.accepted && trial_finite && predicted <= resolution) {
+      const bool approximate = s.model != Curvature::exact;  // the Hessian takes the next step, not a stop
       it.edm = edm(f, s);
       if (it.edm < opts_.edm_tol) return s.status = FitStatus::converged_edm;
+      if (approximate) return s.status;
       return s.status = it.edm <= resolution ? FitStatus::converged_precision : FitStatus::stalled;
     }
     if (s.iteration >= s.maxiter) return s.status = FitStatus::max_iterations;
@@ -339,62 +347,78 @@ class TrustRegion {
     ++counts.gradients;
   }
 
-  /// EDM = ½·gᵀH⁻¹g at the current iterate: from the Cholesky factor of the dense Hessian where the
-  /// subproblem keeps one, else by conjugate gradients on H·y = g (HVPs) to a relative residual of
-  /// 1e-8. +∞ where H is not positive definite along the way (no minimum to estimate a distance to),
-  /// and where CG has not met its tolerance after 2n iterations: a partial gᵀy only bounds the EDM
-  /// from below, and a lower bound must not pass for convergence.
+  /// EDM = ½·gᵀH⁻¹g at the current iterate: from the dense Hessian where the subproblem keeps one
+  /// (dense_edm), else by conjugate gradients on H·y = g with HVPs (cg_edm).
   /// Under Curvature::gauss_newton the model first switches to ∇²f at x: an EDM is never the
   /// approximation's.
   template <objective F>
   static double edm(F& f, state_type& s) {
-    const index_t n = s.size();
-    const double inf = std::numeric_limits<double>::infinity();
     if constexpr (Sub::needs_hessian) {
       if (s.model != Curvature::exact) {
         s.model = Curvature::exact;
         new_iterate(f, s);
       }
-      return cholesky_edm(s);
+      return dense_edm(s);
     } else {
-      std::vector<double> y(static_cast<std::size_t>(n), 0.0), r(s.g), d(s.g), Hd(static_cast<std::size_t>(n));
-      double rr = 0;
-      for (double v : r) rr += v * v;
-      const double stop = 1e-16 * rr;  // (1e-8 relative residual)²
-      for (index_t it = 0; it < 2 * n && rr > stop; ++it) {
-        f.hessp(ConstBlockView<double>(s.x.data(), n, 1), ConstBlockView<double>(d.data(), n, 1), BlockView<double>(Hd.data(), n, 1));
+      const index_t n = s.size();
+      return cg_edm(s, [&](const double* d, double* Hd) {
+        f.hessp(ConstBlockView<double>(s.x.data(), n, 1), ConstBlockView<double>(d, n, 1), BlockView<double>(Hd, n, 1));
         ++s.counts.hvps;
-        double dHd = 0;
-        for (index_t i = 0; i < n; ++i) dHd += d[static_cast<std::size_t>(i)] * Hd[static_cast<std::size_t>(i)];
-        if (!(dHd > 0)) return inf;
-        const double alpha = rr / dHd;
-        double rr_next = 0;
-        for (index_t i = 0; i < n; ++i) {
-          const auto k = static_cast<std::size_t>(i);
-          y[k] += alpha * d[k];
-          r[k] -= alpha * Hd[k];
-          rr_next += r[k] * r[k];
-        }
-        for (index_t i = 0; i < n; ++i) d[static_cast<std::size_t>(i)] = r[static_cast<std::size_t>(i)] + rr_next / rr * d[static_cast<std::size_t>(i)];
-        rr = rr_next;
-      }
-      if (rr > stop) return inf;  // not converged in 2n iterations
-      double e = 0;
-      for (index_t i = 0; i < n; ++i) e += s.g[static_cast<std::size_t>(i)] * y[static_cast<std::size_t>(i)];
-      return 0.5 * e;
+      });
     }
   }
 
-  /// ½·gᵀH⁻¹g from the Cholesky factor of the dense matrix at x; +∞ where it is not positive definite.
-  static double cholesky_edm(const state_type& s) {
+  /// ½·gᵀy for H·y = g by conjugate gradients (`hv(d, Hd)` writes H·d) to a relative residual of 1e-8.
+  /// +∞ where H is not positive definite along the way (no minimum to estimate a distance to), and
+  /// where CG has not met its tolerance after 2n iterations: a partial gᵀy only bounds the EDM from
+  /// below, and a lower bound must not pass for convergence. CG never leaves the gradient's Krylov
+  /// space, so a singular H whose null space g does not reach (a parameter the NLL does not depend on)
+  /// has an EDM.
+  template <class HessianVector>
+  static double cg_edm(const state_type& s, HessianVector&& hv) {
     const index_t n = s.size();
     const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> y(static_cast<std::size_t>(n), 0.0), r(s.g), d(s.g), Hd(static_cast<std::size_t>(n));
+    double rr = 0;
+    for (double v : r) rr += v * v;
+    const double stop = 1e-16 * rr;  // (1e-8 relative residual)²
+    for (index_t it = 0; it < 2 * n && rr > stop; ++it) {
+      hv(d.data(), Hd.data());
+      double dHd = 0;
+      for (index_t i = 0; i < n; ++i) dHd += d[static_cast<std::size_t>(i)] * Hd[static_cast<std::size_t>(i)];
+      if (!(dHd > 0)) return inf;
+      const double alpha = rr / dHd;
+      double rr_next = 0;
+      for (index_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        y[k] += alpha * d[k];
+        r[k] -= alpha * Hd[k];
+        rr_next += r[k] * r[k];
+      }
+      for (index_t i = 0; i < n; ++i) d[static_cast<std::size_t>(i)] = r[static_cast<std::size_t>(i)] + rr_next / rr * d[static_cast<std::size_t>(i)];
+      rr = rr_next;
+    }
+    if (rr > stop) return inf;  // not converged in 2n iterations
+    double e = 0;
+    for (index_t i = 0; i < n; ++i) e += s.g[static_cast<std::size_t>(i)] * y[static_cast<std::size_t>(i)];
+    return 0.5 * e;
+  }
+
+  /// ½·gᵀH⁻¹g with the dense matrix at x: from its Cholesky factor, or where there is none (H singular
+  /// or indefinite) by cg_edm with the matrix itself, so that a singular H has the EDM it has without
+  /// a dense matrix, and an indefinite one +∞.
+  static double dense_edm(const state_type& s) {
+    const index_t n = s.size();
     const Eigen::Map<const Eigen::MatrixXd> H(s.hessian.data(), n, n);
     const Eigen::Map<const Eigen::VectorXd> g(s.g.data(), n);
     const Eigen::LLT<Eigen::MatrixXd> llt(H);
-    if (llt.info() != Eigen::Success) return inf;
-    const double e = 0.5 * g.dot(llt.solve(g));
-    return std::isfinite(e) ? e : inf;
+    if (llt.info() == Eigen::Success) {
+      const double e = 0.5 * g.dot(llt.solve(g));
+      if (std::isfinite(e)) return e;
+    }
+    return cg_edm(s, [&](const double* d, double* Hd) {
+      Eigen::Map<Eigen::VectorXd>(Hd, n).noalias() = H * Eigen::Map<const Eigen::VectorXd>(d, n);
+    });
   }
 
   /// With ∇²f at hand at every iterate (Exact), the EDM test costs no evaluation: it is made at each
@@ -403,7 +427,7 @@ class TrustRegion {
   bool edm_at_iterate(state_type& s) const {
     if constexpr (Sub::needs_hessian) {
       if (opts_.edm_tol > 0 && s.model == Curvature::exact && s.hessian_at_x) {
-        s.last.edm = cholesky_edm(s);
+        s.last.edm = dense_edm(s);
         return s.last.edm < opts_.edm_tol;
       }
     }

@@ -33,7 +33,7 @@ PROG = "fitlib_fit"
 
 _MAPPINGS = ("Select", "Project", "Normalize", "Ratio")  # fitlib-fit -m's kinds
 _BASE_MAPPINGS = ("BaseMapping", "Basemodel")  # rabbit's: the channels' own histograms (HEAD, 0.2.5)
-_TRUST_METHODS = ("trust-krylov", "trust-ncg", "trust-exact")
+_TRUST_METHODS = ("trust-krylov", "trust-ncg", "trust-exact", "trust-gauss-newton")
 _RABBIT_PACKAGES = ("wums", "hist", "h5py")  # what fitlib.rabbit writes rabbit's layout with (fitlib[rabbit])
 
 # rabbit_fit's options that fitlib refuses: (dest, option as rabbit spells it, what to use instead or None). Each is
@@ -189,9 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="parameters held at their defaults: names, or regular expressions matching whole names")
     fit.add_argument("--allowNegativePOI", "--allowNegativeParam", dest="allowNegativePOI", action="store_true",
                      help="POIs act linearly (μ = x), so they may be negative")
-    fit.add_argument("--minimizerMethod", default="trust-krylov",
-                     choices=[*_TRUST_METHODS, "BFGS", "L-BFGS-B", "CG", "dogleg"],
-                     help="trust-krylov (default), trust-ncg or trust-exact; fitlib has no BFGS, L-BFGS-B, CG or dogleg")
+    fit.add_argument("--minimizerMethod", default="auto",
+                     choices=["auto", *_TRUST_METHODS, "BFGS", "L-BFGS-B", "CG", "dogleg"],
+                     help="auto (fitlib-fit's default: trust-gauss-newton or trust-krylov, by the cost of a dense Hessian), "
+                          "trust-krylov (rabbit's default), trust-ncg, trust-exact or trust-gauss-newton; fitlib has no BFGS, "
+                          "L-BFGS-B, CG or dogleg")
     fit.add_argument("--minimizerMaxiter", type=int, default=None, metavar="N", help="iteration limit (default: fitlib's, 200·parameters)")
     fit.add_argument("--minimizerGtol", type=float, default=None, metavar="X", help="stop when the gradient norm is below this")
     fit.add_argument("--chisqFit", action="store_true", help="χ² data term with the data variances")
@@ -378,7 +380,7 @@ def translate(argv: Optional[Sequence[str]] = None, *,
             continue
         if value != defaults[dest]:
             parser.error(f"{flag}: fitlib does not have this option of rabbit_fit" + (f"; instead: {instead}" if instead else ""))
-    if a.minimizerMethod not in _TRUST_METHODS:
+    if a.minimizerMethod not in ("auto", *_TRUST_METHODS):
         parser.error(f"--minimizerMethod {a.minimizerMethod}: fitlib minimises with trust-region methods only; instead: "
                      f"{', '.join(_TRUST_METHODS)} (trust-krylov is rabbit's default)")
     if a.minimizerMaxiter is not None and a.minimizerMaxiter < 1:

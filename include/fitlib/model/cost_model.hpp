@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: MIT
+// The cost of a fit's evaluations from a model's dimensions, and the minimizer it picks by default.
+#pragma once
+
+#include <string_view>
+
+#include "fitlib/core/types.hpp"
+#include "fitlib/model/model.hpp"
+
+namespace fitlib {
+
+/// What the likelihood's evaluations of a model cost, from its dimensions alone: no timing enters,
+/// so the choices made from it, and the results, are the same on every machine; nor does the
+/// storage (a pass is costed as the dense one), so every MPI rank, holding only its own bins, and
+/// both storages of one tensor make the same choice.
+struct CostModel {
+  /// Bytes a pass streams per flop a dense Hessian's GEMM does in the same time: memory bandwidth over
+  /// DGEMM rate, 12 GB/s over 19 GFLOP/s on one core of the benchmark machine (docs/benchmarks.md,
+  /// "Realistic analyses"), where this model predicts a Hessian's measured cost in passes to 10 %.
+  static constexpr double bytes_per_flop = 0.6;
+
+  double pass_bytes = 0;     ///< the dense templates one pass reads (nominal and logk values)
+  double hessian_flops = 0;  ///< the dense Hessian's GEMMs: nprocs + 1 rows per data bin, n² flops each
+
+  /// One dense Hessian in passes over the templates.
+  double hessian_passes() const { return pass_bytes > 0 ? hessian_flops * bytes_per_flop / pass_bytes : 0.0; }
+};
+
+inline CostModel cost_model(const Model& m) {
+  const double n = static_cast<double>(m.npoi() + m.nsyst());
+  CostModel c;
+  c.hessian_flops = static_cast<double>(m.nbins()) * static_cast<double>(m.nprocs() + 1) * n * n;
+  c.pass_bytes = static_cast<double>(m.nbins_full()) * static_cast<double>(m.nprocs()) * static_cast<double>(m.ncoef() + 1) * sizeof(double);
+  return c;
+}
+
+/// fitlib-fit's --minimizerMethod auto: trust-gauss-newton where a dense Hessian costs at most 40
+/// passes, or at most 150 with asymmetric systematics (their interpolation's curvature is what makes
+/// the Krylov solves long, and the Gauss–Newton fit needs 2–4 Hessians of its own); trust-krylov above.
+/// The thresholds are measured, on rabbit's test tensor, the synthetic grid and the realistic analyses
+/// of benchmarks/compare_rabbit.py (docs/benchmarks.md, "The Gauss–Newton model").
+inline std::string_view default_minimizer(const Model& m) {
+  const double h = cost_model(m).hessian_passes();
+  return h <= 40 || (!m.symmetric && h <= 150) ? "trust-gauss-newton" : "trust-krylov";
+}
+
+}  // namespace fitlib
