@@ -432,26 +432,40 @@ def fitlib_command(exe: Path, tensor: Path, result: Path, config: str, threads: 
 # * an HVP is one pass (forward K·v, the iterate's K·x reused from the forward cache, and the
 #   backward products in the same walk); GLTR, Steihaug CG and the EDM's CG ask for one direction
 #   per call, so one HVP = one pass;
-# * a dense Hessian is two: Likelihood::hessian first evaluates value and gradient (a pass), then
-#   each shard's hessian() walks the bins again for the cells' effective rows E = K + H·diag(g') and
-#   adds Mᵀ·D·M by GEMMs over blocks of bins (nbins·(nprocs + 1 or 2) rows × nparams columns,
-#   ~rows·n² flops for the lower triangle); that GEMM, not the reads, is its cost at n in the hundreds,
-#   which is why the table also gives the Hessian's measured cost in passes (hessian_weight);
-# * a Gauss–Newton matrix (--minimizerMethod trust-gauss-newton) reads as a dense Hessian does, two
-#   passes, but its GEMMs cover one row per bin, not nprocs + 1: its measured cost is gauss_newton_weight.
+# * a dense Hessian is one: each shard's hessian() walks the bins for the cells' effective rows
+#   E = K + H·diag(g') and adds Mᵀ·D·M by GEMMs over blocks of bins (nbins·(nprocs + 1 or 2) rows ×
+#   nparams columns, ~rows·n² flops for the lower triangle); that GEMM, not the reads, is its cost at n
+#   in the hundreds, which is why the table also gives the Hessian's measured cost in passes
+#   (hessian_weight). The minimizer asks for the matrix alone at an iterate whose value and gradient it
+#   holds, and so does the postfit covariance at the last iterate (objective_with_bare_hessian); only a
+#   prefit Hessian (--preconditioning) comes with a value+gradient walk of its own, one pass more;
+# * a Gauss–Newton matrix (--minimizerMethod trust-gauss-newton) reads as a dense Hessian does, one
+#   pass, but its GEMMs cover one row per bin, not nprocs + 1: its measured cost is gauss_newton_weight.
 # The counts include the postfit Hessian (1) and, with --preconditioning, the prefit one.
-PASS_WEIGHTS = dict(value=1, gradient_with_its_value=0, gradient_alone=1, hvp=1, hessian=2, gauss_newton=2)
-PASS_WEIGHTS_TEXT = ("passes = max(values, gradients) + HVPs + 2 x (Hessians + Gauss-Newton matrices) (template reads: a value "
-                     "and its gradient share one pass, an HVP is one pass, a dense Hessian or Gauss-Newton matrix a value+gradient "
-                     "pass plus its own pass; their GEMMs come on top: pass-equiv. weighs each by its measured time in passes instead)")
+PASS_WEIGHTS = dict(value=1, gradient_with_its_value=0, gradient_alone=1, hvp=1, hessian=1, gauss_newton=1, prefit_hessian_value=1)
+PASS_WEIGHTS_TEXT = ("passes = max(values, gradients) + HVPs + Hessians + Gauss-Newton matrices (+ 1 with --preconditioning) "
+                     "(template reads: a value and its gradient share one pass, an HVP is one pass, a dense Hessian or "
+                     "Gauss-Newton matrix one pass; their GEMMs come on top: pass-equiv. weighs each by its measured time in "
+                     "passes instead)")
 
 
-def fitlib_passes(fit: dict) -> dict:
+def preconditioned(args) -> bool:
+    """Whether fitlib-fit's arguments ask for a prefit Hessian (--preconditioning other than none)."""
+    args = list(args)
+    for i, a in enumerate(args):
+        value = a.split("=", 1)[1] if a.startswith("--preconditioning=") else args[i + 1] if a == "--preconditioning" and i + 1 < len(args) else None
+        if value is not None:
+            return value != "none"
+    return False
+
+
+def fitlib_passes(fit: dict, prefit_hessian: bool = False) -> dict:
     """fitlib-fit's evaluation counts (JSON `evaluations`) and their weighted total in template reads."""
     ev = fit.get("evaluations") or {}
     v, g, h, H, G = (int(ev.get(k, 0)) for k in ("values", "gradients", "hvps", "hessians", "gauss_newton"))
     return dict(iterations=fit.get("iterations"), values=v, gradients=g, hvps=h, hessians=H, gauss_newton=G,
-                passes=max(v, g) + PASS_WEIGHTS["hvp"] * h + PASS_WEIGHTS["hessian"] * H + PASS_WEIGHTS["gauss_newton"] * G)
+                passes=max(v, g) + PASS_WEIGHTS["hvp"] * h + PASS_WEIGHTS["hessian"] * H + PASS_WEIGHTS["gauss_newton"] * G
+                + (PASS_WEIGHTS["prefit_hessian_value"] if prefit_hessian else 0))
 
 
 def parse_fitlib_log(text: str) -> dict:
@@ -497,7 +511,7 @@ def run_fitlib(exe: Path, tensor: Path, outdir: Path, config: str, threads: int,
     timing = fit.get("timing") or {}
     row.update(fit=fit, status=fit.get("status"), converged=fit.get("converged"), edm=fit.get("edm"),
                total_seconds=timing.get("total_seconds"), minimize_seconds=timing.get("minimize_seconds"),
-               postfit_seconds=timing.get("postfit_seconds"), passes=fitlib_passes(fit))
+               postfit_seconds=timing.get("postfit_seconds"), passes=fitlib_passes(fit, preconditioned(extra)))
     if rc != 0:  # still a FAIL of the row, with its counts recorded
         row["error"] = f"{err}; status {fit.get('status')}"
     return row

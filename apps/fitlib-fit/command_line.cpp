@@ -395,7 +395,6 @@ TrustRegionOptions minimizer_options(const Args& a) {
   o.gtol = a.gtol;
   o.edm_tol = a.edm_tol;
   o.maxiter = a.maxiter;
-  if (a.method == "trust-gauss-newton") o.curvature = Curvature::gauss_newton;
   o.validate();
   return o;
 }

@@ -383,10 +383,7 @@ Fits run_fits(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const io::Rab
 /// run_fits with the minimizer --minimizerMethod names.
 template <class Lik>
 Fits run_with_method(Lik& lik, const Args& a, const io::RabbitTensor& in) {
-  const TrustRegionOptions o = minimizer_options(a);
-  if (a.method == "trust-exact" || a.method == "trust-gauss-newton") return run_fits(lik, TrustRegion<Exact>(o), a, in);
-  if (a.method == "trust-ncg") return run_fits(lik, TrustRegion<SteihaugCG>(o), a, in);
-  return run_fits(lik, TrustRegion<Gltr>(o), a, in);
+  return with_minimizer(a.method, minimizer_options(a), [&](const auto& tr) { return run_fits(lik, tr, a, in); });
 }
 
 

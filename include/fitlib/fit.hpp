@@ -28,6 +28,7 @@
 #include "fitlib/minimize/exact.hpp"
 #include "fitlib/minimize/gltr.hpp"
 #include "fitlib/minimize/trust_region.hpp"
+#include "fitlib/minimize/methods.hpp"
 #include "fitlib/minimize/reparametrized.hpp"
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/postfit/covariance.hpp"

@@ -747,7 +747,7 @@ void bind_fit(nb::module_& m) {
         "as many as the unmasked bins allow (fitlib-fit's default).\n"
         "edm_tol: converged when the EDM is below it (--minimizerEdmTol); max_iterations: 0 is 200 per parameter (--minimizerMaxiter).\n"
         "method: 'auto' (trust-gauss-newton or trust-krylov by the cost of a dense Hessian, as fitlib-fit), 'trust-krylov', "
-        "'trust-exact' or 'trust-gauss-newton' (--minimizerMethod).\n"
+        "'trust-ncg', 'trust-exact' or 'trust-gauss-newton' (--minimizerMethod).\n"
         "progress: a tqdm bar of the iterations where tqdm is installed, else a line per iteration on stderr (always: a line per "
         "iteration on the logger 'fitlib' at DEBUG, and the outcome at INFO).\n"
         "Non-convergence is a status (FitResult.converged), never an exception. The GIL is released while it runs; Ctrl-C stops the "

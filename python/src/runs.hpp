@@ -23,29 +23,23 @@ struct FitSettings {
     o.edm_tol = 1e-12;
     return o;
   }();
-  /// fitlib-fit's --minimizerMethod, resolved (never "auto"): trust-krylov (Gltr), trust-exact or trust-gauss-newton
-  /// (Exact, minimizer.curvature saying which); see set_method.
+  /// fitlib-fit's --minimizerMethod, resolved (never "auto"): one of minimizer_methods; see set_method.
   std::string method = "trust-krylov";
   FitOptions fit = {};
   /// 1: cpu::Serial; k > 1: cpu::Threads, the bins in k shards (fitlib-fit --threads k).
   index_t threads = 1;
 };
 
-/// Sets s.method and s.minimizer.curvature from fit's `method` keyword: "auto" resolves as fitlib-fit's does
-/// (default_minimizer), so that fit(model) stays fitlib-fit's fit.
+/// Sets s.method from fit's `method` keyword: "auto" resolves as fitlib-fit's does (default_minimizer), so that
+/// fit(model) stays fitlib-fit's fit.
 inline void set_method(FitSettings& s, const Model& m, const std::string& method) {
-  s.method = method == "auto" ? std::string(default_minimizer(m)) : method;
-  if (s.method != "trust-krylov" && s.method != "trust-exact" && s.method != "trust-gauss-newton")
-    throw usage_error("method must be 'auto', 'trust-krylov', 'trust-exact' or 'trust-gauss-newton' (fitlib-fit --minimizerMethod), got '" +
-                      method + "'");
-  s.minimizer.curvature = s.method == "trust-gauss-newton" ? Curvature::gauss_newton : Curvature::exact;
+  s.method = resolve_minimizer(method, m);
 }
 
 /// Calls f with the trust region s.method names.
 template <class F>
 decltype(auto) with_minimizer(const FitSettings& s, F&& f) {
-  if (s.method == "trust-krylov") return f(TrustRegion<Gltr>(s.minimizer));
-  return f(TrustRegion<Exact>(s.minimizer));
+  return fitlib::with_minimizer(s.method, s.minimizer, std::forward<F>(f));
 }
 
 /// A fit with what it was fitted on and with, from which its histograms rebuild its likelihood.

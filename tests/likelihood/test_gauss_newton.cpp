@@ -167,3 +167,44 @@ TEST_CASE("the Gauss–Newton matrix is the same over shards and with sparse tem
   SparseSerialLikelihood sparse_nll(sparse);
   CHECK(rel_error(curvature(sparse_nll, x, Curvature::gauss_newton), ref) < 1e-13);
 }
+
+TEST_CASE("the matrix alone is the matrix that comes with a value and gradient, bit for bit", "[likelihood][gauss-newton][hessian]") {
+  // objective_with_bare_hessian: the minimizer's new iterate and the postfit covariance ask for the matrix
+  // without the walk for value and gradient, which they hold; the matrix must not notice.
+  test::RandomModelSpec spec;
+  spec.template_stats = true;
+  spec.bins = 24;
+  const Model model = test::random_model(spec);
+  const std::vector<double> x = test::test_point(model, 3, false);
+  const auto bare = [&](auto& nll, Curvature kind) {
+    const index_t n = nll.size();
+    std::vector<double> H(static_cast<std::size_t>(n * n), -1.0);
+    nll.hessian(ConstBlockView<double>(x.data(), n, 1), BlockView<double>(H.data(), n, n), kind);
+    return H;
+  };
+  for (const Curvature kind : {Curvature::exact, Curvature::gauss_newton}) {
+    SerialLikelihood serial(model);
+    const std::vector<double> with_value = curvature(serial, x, kind);
+    SerialLikelihood fresh(model);  // no evaluation at x before
+    CHECK(bare(fresh, kind) == with_value);
+    ThreadedLikelihood threaded(model, cpu::Threads{3});
+    CHECK(bare(threaded, kind) == curvature(threaded, x, kind));
+  }
+  // The covariance term's matrix needs the term's solve at x, which the bare matrix still runs.
+  const Model cov = test::covariance_model(true);
+  LikelihoodOptions lo;
+  lo.data_term = DataTerm::covariance;
+  const std::vector<double> xc = test::test_point(cov, 5, false);
+  SerialLikelihood first(cov, {}, lo), second(cov, {}, lo);
+  const index_t n = first.size();
+  std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n)), Hb(H.size());
+  first.hessian(ConstBlockView<double>(xc.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
+  second.hessian(ConstBlockView<double>(xc.data(), n, 1), BlockView<double>(Hb.data(), n, n), Curvature::exact);
+  CHECK(Hb == H);
+  // A shard without the Gauss–Newton matrix says so.
+  Likelihood<Shard<device::HostLayered, storage::Dense>> layered(model, device::HostLayered{1});
+  const index_t nl = layered.size();
+  std::vector<double> Hl(static_cast<std::size_t>(nl * nl));
+  CHECK_THROWS_WITH(layered.hessian(ConstBlockView<double>(x.data(), nl, 1), BlockView<double>(Hl.data(), nl, nl), Curvature::gauss_newton),
+                    Catch::Contains("no Gauss–Newton matrix"));
+}

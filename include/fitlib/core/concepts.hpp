@@ -50,6 +50,15 @@ concept objective_with_gauss_newton = objective_with_hessian<F> && requires(F& f
   f.hessian(x, values, grad, hess, Curvature::gauss_newton);
 };
 
+/// An objective that also offers its dense matrix alone, `hessian(x, hess, kind)`, for a caller that
+/// already holds the value and gradient at x (a minimizer at its new iterate): one evaluation fewer
+/// than `hessian(x, values, grad, hess)`. `kind` may be Curvature::gauss_newton only where the
+/// objective is objective_with_gauss_newton.
+template <class F>
+concept objective_with_bare_hessian = objective_with_hessian<F> && requires(F& f, ConstBlockView<double> x, BlockView<double> hess) {
+  f.hessian(x, hess, Curvature::exact);
+};
+
 /// An objective that states the absolute level below which differences of its value, and its EDM,
 /// are rounding, whatever the value's own size: `rounding_floor()` ≥ 0. A sum of many terms that
 /// cancel to f ≈ 0 at the minimum (an NLL on Asimov data) rounds far above eps·|f|; the

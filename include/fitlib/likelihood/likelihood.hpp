@@ -299,6 +299,19 @@ class Likelihood {
     curvature(x, f, g, hess, kind);
   }
 
+  /// The dense matrix alone (objective_with_bare_hessian): the shards' walk for the matrix without the
+  /// walk for value and gradient, which the caller holds. Curvature::gauss_newton where the shards
+  /// have it (else a usage_error).
+  void hessian(ConstBlockView<double> x, BlockView<double> hess, Curvature kind) {
+    if constexpr (!requires(ShardT& s, ConstBlockView<double> cx, BlockView<double> h, index_t k, std::span<double> d) {
+                    s.hessian(cx, k, h, cx, h, k, Curvature::gauss_newton, d);
+                  }) {
+      if (kind == Curvature::gauss_newton)
+        throw usage_error("this likelihood's shards have no Gauss–Newton matrix (the host shards have it); use Curvature::exact");
+    }
+    curvature(x, {}, {}, hess, kind);
+  }
+
   /// The level below which differences of the NLL, and its EDM, are rounding (objective_with_rounding_floor):
   /// 1e3·eps²·Σ n_b over the observed counts. A yield ν carries a relative rounding of some tens of eps (the
   /// exponent's sum over systematics, the products, the sum over processes); a bin's term is flat at its
@@ -543,15 +556,17 @@ class Likelihood {
   /// hessian's work: the shards' data-term matrices of `kind` summed in shard order, then the exact
   /// curvature of the covariance term, the global terms and the penalties. The Gauss–Newton matrix
   /// takes the positive part of the interpolation's diagonal term of the sum over all shards (the
-  /// shards send it after their matrices), so that it does not depend on the shard count.
+  /// shards send it after their matrices), so that it does not depend on the shard count. With f and
+  /// g both empty only the covariance term's solve runs before (the shards' matrices need no other
+  /// state of an evaluation at x).
   void curvature(ConstBlockView<double> x, std::span<double> f, BlockView<double> g, BlockView<double> hess, Curvature kind) {
     const index_t n = nparams_, nx = x.cols;
     const bool gauss_newton = kind == Curvature::gauss_newton;
     const index_t S = model_->nsyst(), tail = gauss_newton ? S : 0;
     std::vector<double> interpolation(static_cast<std::size_t>(tail));
     require(hess.rows == n && hess.cols == n * nx, "hessian output", n, n * nx, hess);
-    evaluate(x, {}, f, g, {});
     const bool coupled = opts_.data_term == DataTerm::covariance;
+    if (!f.empty() || !g.empty() || coupled) evaluate(x, {}, f, g, {});
     Eigen::MatrixXd* rows = coupled ? &coupled_.rows(n) : nullptr;
     const std::span<const index_t> slots = replicas_.slots(nx);
     const std::uint64_t mark = shards_.exchange().inputs_mark(x, {});
@@ -684,5 +699,6 @@ using SparseThreadedLikelihood = Likelihood<Shard<cpu::Threads, storage::Sparse>
 
 static_assert(objective_with_hessian<SerialLikelihood>);
 static_assert(objective_with_gauss_newton<SerialLikelihood> && objective_with_gauss_newton<SparseThreadedLikelihood>);
+static_assert(objective_with_bare_hessian<SerialLikelihood>);
 
 }  // namespace fitlib

@@ -326,13 +326,22 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   r.counts = state.counts;
   r.counts += extra;  // the preconditioner's prefit Hessian
 
-  // The minimizer's last ∇²f is the postfit one where its coordinates are the parameters themselves
-  // (the same evaluation at the same point: the same bits).
+  // Where the minimizer's coordinates are the parameters themselves, its value and gradient at the last
+  // iterate are the postfit ones (the same evaluation at the same point: the same bits), and so is its
+  // last ∇²f where it kept one; else the matrix alone is computed there (objective_with_bare_hessian).
   std::vector<double> known;
-  if (Sub::needs_hessian && options.covariance && m == n && L.size() == 0 && state.model == Curvature::exact && state.hessian_at_x) {
-    known = std::move(state.hessian);
-    r.nll = state.f;
-    r.gradient = state.g;
+  if (options.covariance && m == n && L.size() == 0) {
+    if (Sub::needs_hessian && state.model == Curvature::exact && state.hessian_at_x) {
+      known = std::move(state.hessian);
+    } else if constexpr (objective_with_bare_hessian<F>) {
+      known.resize(static_cast<std::size_t>(n * n));
+      f.hessian(ConstBlockView<double>(r.x.data(), n, 1), BlockView<double>(known.data(), n, n), Curvature::exact);
+      ++r.counts.hessians;
+    }
+    if (!known.empty()) {
+      r.nll = state.f;
+      r.gradient = state.g;
+    }
   }
   detail::postfit(f, r, free, options.covariance, std::move(known));
   // A stop decided by an EDM reports the EDM it tested: the postfit's ½gᵀCg is NaN where the

@@ -71,6 +71,14 @@ class Reparametrized {
     curvature(Y, G, H, [&](ConstBlockView<double> X, BlockView<double> g, BlockView<double> h) { f_->hessian(X, f, g, h, kind); });
   }
 
+  /// The matrix alone (objective_with_bare_hessian): the change of variables is linear, so the
+  /// matrix's pull-back needs no gradient.
+  void hessian(ConstBlockView<double> Y, BlockView<double> H, Curvature kind)
+    requires objective_with_bare_hessian<F>
+  {
+    curvature(Y, {}, H, [&](ConstBlockView<double> X, BlockView<double>, BlockView<double> h) { f_->hessian(X, h, kind); });
+  }
+
  private:
   /// A dense curvature of f (`full(X, g, h)` into the full-space gradient and matrix) in these coordinates.
   template <class Full>
@@ -80,7 +88,7 @@ class Reparametrized {
     grad_full_.resize(static_cast<std::size_t>(n * Y.cols));
     hess_full_.resize(static_cast<std::size_t>(n * n * Y.cols));
     full(X, BlockView<double>(grad_full_.data(), n, Y.cols), BlockView<double>(hess_full_.data(), n, n * Y.cols));
-    pull_back(ConstBlockView<double>(grad_full_.data(), n, Y.cols), G);
+    if (!G.empty()) pull_back(ConstBlockView<double>(grad_full_.data(), n, Y.cols), G);
     for (index_t j = 0; j < Y.cols; ++j) {
       Eigen::MatrixXd h(m, m);
       for (index_t c = 0; c < m; ++c)

@@ -104,6 +104,22 @@ void dense_hessian(F& f, std::span<const double> x, std::span<double> H, std::sp
     counts.hvps += n;
   }
 }
+
+/// The dense matrix `model` names at x into H, for a caller that holds f's value and gradient at x:
+/// the objective's matrix alone where it offers that (objective_with_bare_hessian: one evaluation
+/// fewer), else dense_hessian's, whose value and gradient are dropped.
+template <objective F>
+void dense_matrix(F& f, std::span<const double> x, std::span<double> H, std::span<double> scratch_grad, EvaluationCounts& counts,
+                  Curvature model) {
+  const index_t n = static_cast<index_t>(x.size());
+  if constexpr (objective_with_bare_hessian<F>) {
+    f.hessian(ConstBlockView<double>(x.data(), n, 1), BlockView<double>(H.data(), n, n), model);
+    ++(model == Curvature::gauss_newton ? counts.gauss_newton : counts.hessians);
+  } else {
+    double value = 0;
+    dense_hessian(f, x, H, scratch_grad, value, counts, model);
+  }
+}
 }  // namespace detail
 
 /// SciPy's trust-region outer loop (trust-region.md §1) with a pluggable subproblem, and deliberate
@@ -439,9 +455,8 @@ class TrustRegion {
   static void new_iterate(F& f, state_type& s) {
     const index_t n = s.size();
     if constexpr (Sub::needs_hessian) {
-      double value = 0;
       std::vector<double>& scratch = s.g_trial;  // g_trial is free between steps
-      detail::dense_hessian(f, s.x, s.hessian, scratch, value, s.counts, s.model);
+      detail::dense_matrix(f, s.x, s.hessian, scratch, s.counts, s.model);
       s.hessian_at_x = true;
       s.subproblem.new_iterate(s.g, ConstBlockView<double>(s.hessian.data(), n, n));
     } else {
