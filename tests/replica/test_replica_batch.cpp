@@ -390,3 +390,17 @@ TEST_CASE("early stopping: keeps the best point, stops after patience, restarts 
   EarlyStopping off(false, 1, 0, [](const std::vector<double>&) -> double { throw std::logic_error("never evaluated"); }, {1.0});
   CHECK_FALSE(off.after_step({0.0}, true, 1));
 }
+
+TEST_CASE("early stopping: points of infinite loss are never kept, and patience starts with the first other", "[replica][training]") {
+  // n3fit's gate: a loss of +∞ (validation χ² above a threshold, positivity failing) marks a point that may not be kept.
+  const double inf = std::numeric_limits<double>::infinity();
+  EarlyStopping stop(true, 2, 0, [&](const std::vector<double>& x) { return x[0] > 10 ? inf : x[0]; }, {50.0});
+  CHECK(stop.best_loss() == inf);
+  for (index_t it = 1; it <= 5; ++it) CHECK_FALSE(stop.after_step({20.0}, true, it));  // the clock has not started
+  CHECK(stop.best() == std::vector<double>{50.0});
+  CHECK_FALSE(stop.after_step({7.0}, true, 6));  // the first finite loss: kept, the clock starts
+  CHECK(stop.best_iteration() == 6);
+  CHECK_FALSE(stop.after_step({20.0}, true, 7));
+  CHECK(stop.after_step({8.0}, true, 8));  // patience 2 without improvement
+  CHECK(stop.best() == std::vector<double>{7.0});
+}

@@ -16,7 +16,9 @@ namespace fitlib {
 /// loss dropped by more than `min_improvement`; `patience` iterations without such a drop ask the
 /// loop to stop. The two roles of ensmallen's EarlyStopAtMinLossOnValidation and
 /// StoreBestCoordinates, for one replica. With no validation (`enabled` false) it keeps nothing and
-/// never stops: the loop's last point is its result.
+/// never stops: the loop's last point is its result. A loss of +∞ marks a point that may not be kept
+/// (n3fit's gate: a replica's clock starts only once its validation χ² is below a threshold and its
+/// positivity passes, §4.2): patience counts from the first point with a finite loss.
 class EarlyStopping {
  public:
   using Loss = std::function<double(const std::vector<double>&)>;
@@ -29,7 +31,7 @@ class EarlyStopping {
   /// patience is exhausted.
   bool after_step(const std::vector<double>& x, bool accepted, index_t iteration) {
     if (!enabled_) return false;
-    ++since_best_;
+    if (best_loss_ < std::numeric_limits<double>::infinity()) ++since_best_;
     if (accepted) {
       const double v = loss_(x);
       if (v < best_loss_ - min_improvement_) {

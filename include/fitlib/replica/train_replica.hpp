@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: MIT
+// One replica's n3fit-style training on any objective: early stopping with patience on a validation
+// loss, the best state kept, and a positivity multiplier that grows on a schedule. train_replicas
+// (training.hpp) runs it for a likelihood's replicas; an objective of one's own runs it in a
+// ReplicaBatch (examples/nnpdf).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fitlib/core/error.hpp"
+#include "fitlib/minimize/fit.hpp"
+#include "fitlib/replica/early_stopping.hpp"
+#include "fitlib/replica/random.hpp"
+#include "fitlib/replica/replica_batch.hpp"
+
+namespace fitlib {
+
+class PositivityPenalty;
+
+/// How replicas are trained (n3fit-parallel-replicas.md §2.4, §3.4, §4): what n3fit does, with
+/// every replica's state its own (no stopped replica is computed on, no shared multiplier).
+struct TrainingOptions {
+  /// Fraction of the unmasked bins each replica holds out for validation, in [0, 1): exactly
+  /// ⌊n·fraction⌋ bins, chosen from (seed, replica). 0 trains on everything without early stopping.
+  double validation_fraction = 0.25;
+  std::uint64_t seed = 0;
+  /// Iterations without a validation improvement after which a replica stops (≥ 1).
+  index_t patience = 20;
+  /// An improvement must lower the validation NLL by more than this (n3fit's stopping_delta, ≥ 0).
+  double min_improvement = 0;
+  /// The positivity penalty, added to the likelihood first (add_regularizer); null for none (train_replicas).
+  std::shared_ptr<const PositivityPenalty> positivity;
+  /// The penalty's multiplier: `positivity_initial`, times `positivity_growth` every
+  /// `positivity_every` iterations (n3fit's schedule, §3.4) and whenever the minimiser converges
+  /// before it reached `positivity_max`, so that a replica ends at the full multiplier.
+  double positivity_initial = 1;
+  double positivity_growth = 10;
+  index_t positivity_every = 10;
+  double positivity_max = 1e8;
+  /// The veto at the kept state: every positivity observable ≥ −tolerance (relative to its prefit yield).
+  double positivity_tolerance = 1e-6;
+  /// The postfit covariance of the kept state.
+  bool covariance = false;
+
+  void validate() const {
+    auto fail = [](const std::string& what) { throw std::invalid_argument("TrainingOptions::" + what); };
+    if (!(validation_fraction >= 0 && validation_fraction < 1)) fail("validation_fraction must be in [0, 1), got " + std::to_string(validation_fraction));
+    if (patience < 1) fail("patience must be ≥ 1, got " + std::to_string(patience));
+    if (!(min_improvement >= 0)) fail("min_improvement must be ≥ 0, got " + std::to_string(min_improvement));
+    if (!(positivity_initial > 0) || !(positivity_growth >= 1) || !(positivity_max >= positivity_initial) || positivity_every < 1)
+      fail("positivity schedule needs initial > 0, growth ≥ 1, max ≥ initial and every ≥ 1");
+    if (!(positivity_tolerance >= 0)) fail("positivity_tolerance must be ≥ 0");
+  }
+};
+
+/// Replica `index`'s split of n bins: 0 for ⌊n·fraction⌋ validation bins, 1 for the others (the
+/// training bins), placed by a Fisher–Yates shuffle drawn from (seed, index, Stream::split, element)
+/// alone, so a replica's split does not depend on its batch. Every replica has the same counts
+/// (§2.4). `element` tells apart the splits of one replica's datasets (n3fit splits each).
+inline std::vector<std::uint8_t> training_split(index_t nbins, double fraction, std::uint64_t seed, std::uint64_t index,
+                                                std::uint64_t element = 0) {
+  if (nbins < 0 || !(fraction >= 0 && fraction < 1))
+    throw usage_error("training_split: needs nbins ≥ 0 and a fraction in [0, 1), got " + std::to_string(nbins) + " and " + std::to_string(fraction));
+  const auto nval = static_cast<index_t>(std::floor(static_cast<double>(nbins) * fraction));
+  std::vector<std::uint8_t> train(static_cast<std::size_t>(nbins), 1);
+  std::fill_n(train.begin(), nval, 0);
+  RandomStream rng(seed, index, Stream::split, element);
+  for (index_t i = nbins - 1; i > 0; --i) {
+    const auto j = static_cast<index_t>(rng() % static_cast<std::uint64_t>(i + 1));  // bias < 2⁻⁴⁰ for any practical n
+    std::swap(train[static_cast<std::size_t>(i)], train[static_cast<std::size_t>(j)]);
+  }
+  return train;
+}
+
+/// Trains one replica from x0 into `res`: it minimises `f` with its own trust region; after every
+/// accepted step it evaluates `validation_loss(x)` and keeps the best state; it stops after
+/// `opts.patience` iterations without improvement (with `opts.validation_fraction` > 0), or when the
+/// minimiser stops. `set_multiplier(λ)` (empty: no positivity) sets the positivity multiplier of f:
+/// it starts at `opts.positivity_initial` (set it before), grows on the schedule, and whenever the
+/// minimiser converges before the maximum (the minimiser then restarts at its current point and
+/// radius on the new objective). `res` gets the kept state: `x`, `best_iteration`, the status
+/// (`converged_callback` when early stopping ended it), the counts, and the postfit NLL (and
+/// covariance with `opts.covariance`) there. The positivity veto is the caller's.
+template <objective F, class Sub, class Loss>
+void train_replica(const TrustRegion<Sub>& minimizer, F& fr, Loss&& validation_loss, const TrainingOptions& opts,
+                   const std::function<void(double)>& set_multiplier, const std::vector<double>& x0, ReplicaFit& res) {
+  const index_t n = fr.size();
+  std::function<double(const std::vector<double>&)> validation_nll = std::forward<Loss>(validation_loss);
+  res.x0 = x0;
+  typename TrustRegion<Sub>::state_type s;
+  minimizer.init(fr, s, x0);
+  EarlyStopping stopping(opts.validation_fraction > 0, opts.patience, opts.min_improvement, validation_nll, x0);
+  index_t iteration = 0;
+  double lambda = opts.positivity_initial;
+  EvaluationCounts counts;  // of the minimiser runs before the last restart
+  FitStatus status = s.status;
+  bool stopped_early = false;
+  for (;;) {
+    if (status == FitStatus::running) {
+      status = minimizer.step(fr, s);
+      ++iteration;
+      if (stopping.after_step(s.x, s.last.accepted, iteration) && status == FitStatus::running) {
+        status = FitStatus::converged_callback;
+        stopped_early = true;
+      }
+    }
+    // The multiplier grows on its schedule, and whenever the minimiser has converged before it
+    // reached its maximum (a penalty method's outer loop); early stopping ends the replica.
+    const bool grow = set_multiplier && lambda < opts.positivity_max && !stopped_early &&
+                      ((status == FitStatus::running && iteration % opts.positivity_every == 0) || converged(status));
+    if (!grow) {
+      if (status != FitStatus::running) break;
+      continue;
+    }
+    lambda = std::min(opts.positivity_max, lambda * opts.positivity_growth);
+    set_multiplier(lambda);
+    // A new objective: restart the minimiser at the current point, keeping its radius.
+    const double radius = s.radius;
+    counts += s.counts;
+    const std::vector<double> x = s.x;
+    minimizer.init(fr, s, x);
+    s.radius = radius;
+    status = s.status;
+    stopping.restart_patience();
+  }
+  res.status = status;
+  res.iterations = iteration;
+  res.x = stopping.enabled() ? stopping.best() : s.x;
+  res.best_iteration = stopping.enabled() ? stopping.best_iteration() : iteration;
+  res.names = detail::parameter_names_of(fr);
+  res.frozen.assign(static_cast<std::size_t>(n), false);
+  std::vector<index_t> free(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) free[static_cast<std::size_t>(i)] = i;
+  res.counts = counts;
+  res.counts += s.counts;
+  detail::postfit(fr, res, free, opts.covariance);
+}
+
+}  // namespace fitlib
