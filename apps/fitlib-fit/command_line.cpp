@@ -89,7 +89,11 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
                  "auto (trust-gauss-newton or trust-krylov, by the cost of a dense Hessian), trust-krylov (GLTR), trust-ncg (Steihaug CG), "
                  "trust-exact (Moré–Sorensen) or trust-gauss-newton (trust-exact on the Gauss–Newton matrix, then on the Hessian near "
                  "the minimum)")
-      ->check(CLI::IsMember({"auto", "trust-krylov", "trust-ncg", "trust-exact", "trust-gauss-newton"}))
+      ->check(CLI::IsMember([] {
+        std::vector<std::string> names{"auto"};
+        names.insert(names.end(), minimizer_methods.begin(), minimizer_methods.end());
+        return names;
+      }()))
       ->capture_default_str();
   app.add_option("--preconditioning", a.preconditioning, "change of variables from the prefit Hessian: none, diagonal, cholesky")
       ->check(CLI::IsMember({"none", "diagonal", "cholesky"}))

@@ -6,8 +6,9 @@
 // validation split per dataset, patience stopping with the best state kept, and a growing positivity
 // penalty, by fitlib's trust region on the network weights (Gauss–Newton Hessian-vector products).
 // Checks, each failing the program (exit 1): the derivatives, the FK table, the truth's sum rules,
-// the closure estimators (bias/variance and the 68 % band's coverage of the truth, with two controls
-// that must fail them), and that a replica fitted alone is bitwise its fit in the batch.
+// the closure estimators (bias/variance and the 68 % band's coverage of the truth, with a control
+// that must fail: the band shrunk to a third), and that a replica fitted alone is bitwise its fit in
+// the batch. Positivity at the kept states is reported, not checked (open: examples/nnpdf/README.md).
 //   nnpdf_closure [--replicas R] [--width W] [--instances L]   (defaults 16, 16, 4)
 #include <fitlib/minimize/steihaug_cg.hpp>
 #include <fitlib/minimize/trust_region.hpp>
@@ -93,8 +94,8 @@ Eigen::MatrixXd block_factor(const Eigen::MatrixXd& C, const std::vector<index_t
   return Eigen::LLT<Eigen::MatrixXd>(B).matrixL();
 }
 
-/// Replica r's split of every dataset: ⌊n/4⌋ validation points each (nnpdf-example.md §3 row 8, frac 0.75),
-/// drawn from (seed, r, dataset) alone.
+/// Replica r's split of every dataset: ⌊n/4⌋ validation points each, drawn from (seed, r, dataset) alone
+/// (n3fit keeps int(0.75·n) for training, nnpdf-example.md §3 row 8: the same counts for these n, multiples of 4).
 void split(index_t r, const std::vector<int>& dataset_of, std::vector<index_t>& training, std::vector<index_t>& validation) {
   training.clear();
   validation.clear();
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
         for (int k = 0; k < n_evol; ++k) t += c[static_cast<std::size_t>(k)] * w[a] * truth[static_cast<std::size_t>(k)];
       }
       const double direct = observable(points[i].observable, points[i].x, les_houches);
-      level0[i] = direct;
+      level0[i] = t;  // what the fitted model can produce: the closure is exact by construction
       worst = std::max(worst, std::abs(t - direct) / std::abs(direct));
     }
     check(worst < 2e-3, "FK table against the direct LO observables (max relative)", worst);
@@ -206,9 +207,13 @@ int main(int argc, char** argv) {
   };
   prepare(0);
 
-  // Derivatives at replica 0's start: the gradient against central differences along random
-  // directions, and the Gauss–Newton products' symmetry and positivity.
+  // Derivatives at replica 0's start, its positivity penalty on (some observables are negative there):
+  // the gradient against central differences along random directions, and the Gauss–Newton products'
+  // symmetry and positivity.
   {
+    f.set_positivity(0, 1e3);
+    check(f.least_positivity(0, Network::initial(network_seed, 0)) < 0, "positivity penalty active at the derivative checks' point (least observable)",
+          f.least_positivity(0, Network::initial(network_seed, 0)));
     const std::vector<double> w0 = Network::initial(network_seed, 0);
     const index_t n = f.size();
     std::vector<double> g(Network::size), fv(1);
@@ -237,6 +242,7 @@ int main(int argc, char** argv) {
     }
     check(worst < 1e-5, "gradient against central differences (max relative)", worst);
     check(asym < 1e-10 && neg >= 0, "Gauss-Newton products symmetric (max relative vHu - uHv)", asym);
+    f.set_positivity(0, 0);
   }
 
   // The batch: every replica its own trust region, split, early stopping and positivity multiplier.
@@ -290,15 +296,16 @@ int main(int argc, char** argv) {
   };
 
   // The closure estimators, pooled over the instances: bias = |mean − level 0|² and variance =
-  // mean |replica − mean|² per point in the metric C⁻¹ (data space); in PDF space, how often the
-  // replicas' 68 % band of the combinations the data constrain (Σ, V, T3, on 25 x from 10⁻³ to 0.7)
-  // covers the truth, and a truth shifted by 2σ (a control that must mostly fail).
+  // mean |replica − mean|² per point in the metric C⁻¹ (data space; with ~15 replicas the mean's noise
+  // adds variance/G to the bias and the population variance is low by (G − 1)/G, ~6 % each, and they
+  // about cancel); in PDF space, how often the replicas' 68 % band of the combinations the data
+  // constrain (Σ, V, T3, on 25 x from 10⁻³ to 0.7) covers the truth.
   std::vector<double> eval_x;
   for (int i = 0; i < 25; ++i) eval_x.push_back(1e-3 * std::pow(0.7 / 1e-3, i / 24.0));
   const Points eval_points(eval_x, {});
   const int constrained[] = {Sigma, V, T3};
   double bias_sum = 0, variance_sum = 0, chi2_l1_sum = 0, fit_seconds = 0;
-  index_t covered = 0, shifted_covered = 0, total = 0, positive = 0, iterations = 0, kept = 0;
+  index_t covered = 0, shrunk_covered = 0, total = 0, positive = 0, iterations = 0, kept = 0;
   std::vector<index_t> all(static_cast<std::size_t>(R));
   for (index_t r = 0; r < R; ++r) all[static_cast<std::size_t>(r)] = r;
   std::vector<fitlib::ReplicaFit> first_batch;
@@ -351,7 +358,7 @@ int main(int argc, char** argv) {
         }
         const double sd = std::sqrt(std::max(0.0, m2 - m * m)), t = truth[static_cast<std::size_t>(k)];
         covered += std::abs(m - t) <= sd;
-        shifted_covered += std::abs(m - t - 2 * sd) <= sd;
+        shrunk_covered += std::abs(m - t) <= sd / 3;
         ++total;
       }
     }
@@ -365,8 +372,9 @@ int main(int argc, char** argv) {
   check(ratio > 1.0 / 3 && ratio < 3, "bias/variance (data space; 1 for faithful uncertainties)", ratio);
   const double xi = static_cast<double>(covered) / static_cast<double>(total);
   check(xi > 0.45 && xi < 0.9, "fraction of (x, Sigma/V/T3) whose 68% band covers the truth", xi);
-  check(static_cast<double>(shifted_covered) / static_cast<double>(total) < 0.4, "control: fraction covering a truth shifted by 2 sigma (must be low)",
-        static_cast<double>(shifted_covered) / static_cast<double>(total));
+  // A band a third as wide covers a faithful fit's truth 26 % of the time: it must fail the check above.
+  check(static_cast<double>(shrunk_covered) / static_cast<double>(total) < 0.45, "control: the same with the band shrunk to a third (must fail: < 0.45)",
+        static_cast<double>(shrunk_covered) / static_cast<double>(total));
 
   // Bitwise: the first instance's first and last replicas fitted alone, width 1.
   prepare(0);

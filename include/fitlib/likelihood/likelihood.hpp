@@ -564,6 +564,7 @@ class Likelihood {
     const bool gauss_newton = kind == Curvature::gauss_newton;
     const index_t S = model_->nsyst(), tail = gauss_newton ? S : 0;
     std::vector<double> interpolation(static_cast<std::size_t>(tail));
+    require(x.rows == n && nx >= 1, "parameter block", n, nx, x);
     require(hess.rows == n && hess.cols == n * nx, "hessian output", n, n * nx, hess);
     const bool coupled = opts_.data_term == DataTerm::covariance;
     if (!f.empty() || !g.empty() || coupled) evaluate(x, {}, f, g, {});

@@ -330,7 +330,7 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
   // iterate are the postfit ones (the same evaluation at the same point: the same bits), and so is its
   // last ∇²f where it kept one; else the matrix alone is computed there (objective_with_bare_hessian).
   std::vector<double> known;
-  if (options.covariance && m == n && L.size() == 0) {
+  if (options.covariance && m == n && m > 0 && L.size() == 0) {
     if (Sub::needs_hessian && state.model == Curvature::exact && state.hessian_at_x) {
       known = std::move(state.hessian);
     } else if constexpr (objective_with_bare_hessian<F>) {

@@ -2,6 +2,7 @@
 // Early stopping on a validation loss with the best state kept, as one component a training loop calls.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <utility>
@@ -25,7 +26,7 @@ class EarlyStopping {
 
   EarlyStopping(bool enabled, index_t patience, double min_improvement, Loss validation_loss, const std::vector<double>& x0)
       : enabled_(enabled), patience_(patience), min_improvement_(min_improvement), loss_(std::move(validation_loss)), best_(x0),
-        best_loss_(enabled ? loss_(x0) : std::numeric_limits<double>::infinity()) {}
+        best_loss_(enabled ? gated(loss_(x0)) : std::numeric_limits<double>::infinity()) {}
 
   /// Iteration `iteration` has run (a step taken or rejected, `accepted`, ending at x): whether
   /// patience is exhausted.
@@ -33,7 +34,7 @@ class EarlyStopping {
     if (!enabled_) return false;
     if (best_loss_ < std::numeric_limits<double>::infinity()) ++since_best_;
     if (accepted) {
-      const double v = loss_(x);
+      const double v = gated(loss_(x));
       if (v < best_loss_ - min_improvement_) {
         best_loss_ = v;
         best_ = x;
@@ -48,6 +49,8 @@ class EarlyStopping {
   void restart_patience() { since_best_ = 0; }
 
   bool enabled() const { return enabled_; }
+  /// A NaN loss is +∞: never kept, and no start of the clock.
+  static double gated(double v) { return std::isnan(v) ? std::numeric_limits<double>::infinity() : v; }
   /// The kept point, its validation loss and the iteration that reached it.
   const std::vector<double>& best() const { return best_; }
   double best_loss() const { return best_loss_; }

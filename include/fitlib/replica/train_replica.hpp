@@ -87,10 +87,14 @@ inline std::vector<std::uint8_t> training_split(index_t nbins, double fraction, 
 /// minimiser converges before the maximum (the minimiser then restarts at its current point and
 /// radius on the new objective). `res` gets the kept state: `x`, `best_iteration`, the status
 /// (`converged_callback` when early stopping ended it), the counts, and the postfit NLL (and
-/// covariance with `opts.covariance`) there. The positivity veto is the caller's.
+/// covariance with `opts.covariance`) there. The positivity veto is the caller's. Of `opts`, the
+/// split's `seed` and `validation_fraction` (beyond turning early stopping on), `positivity` and
+/// `positivity_tolerance` are the caller's too. A replica whose every loss was +∞ (EarlyStopping's
+/// gate) keeps its start x0, with best_iteration 0.
 template <objective F, class Sub, class Loss>
 void train_replica(const TrustRegion<Sub>& minimizer, F& fr, Loss&& validation_loss, const TrainingOptions& opts,
                    const std::function<void(double)>& set_multiplier, const std::vector<double>& x0, ReplicaFit& res) {
+  opts.validate();
   const index_t n = fr.size();
   std::function<double(const std::vector<double>&)> validation_nll = std::forward<Loss>(validation_loss);
   res.x0 = x0;
