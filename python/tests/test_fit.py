@@ -401,6 +401,8 @@ def test_blosc2_tensor_needs_no_plugin_path(monkeypatch):
         (dict(frozen=["lumi", "jes"]), ["--freezeParameters", "lumi", "jes"]),
         (dict(method="trust-krylov"), ["--minimizerMethod", "trust-krylov"]),
         (dict(method="trust-exact"), ["--minimizerMethod", "trust-exact"]),
+        (dict(method="trust-ncg"), ["--minimizerMethod", "trust-ncg"]),
+        (dict(method="trust-gauss-newton"), ["--minimizerMethod", "trust-gauss-newton"]),
     ],
 )
 def test_options_are_fitlib_fits(demo, tmp_path_factory, options, flags):

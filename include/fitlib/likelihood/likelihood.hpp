@@ -292,9 +292,7 @@ class Likelihood {
   /// GEMMs over one row per bin; the covariance term's, the global terms' and the penalties' curvature
   /// exact); objective_with_gauss_newton. The host shards have it.
   void hessian(ConstBlockView<double> x, std::span<double> f, BlockView<double> g, BlockView<double> hess, Curvature kind)
-    requires requires(ShardT& s, ConstBlockView<double> cx, BlockView<double> h, index_t k, std::span<double> d) {
-      s.hessian(cx, k, h, cx, h, k, Curvature::gauss_newton, d);
-    }
+    requires gauss_newton_shard<ShardT>
   {
     curvature(x, f, g, hess, kind);
   }
@@ -303,9 +301,7 @@ class Likelihood {
   /// walk for value and gradient, which the caller holds. Curvature::gauss_newton where the shards
   /// have it (else a usage_error).
   void hessian(ConstBlockView<double> x, BlockView<double> hess, Curvature kind) {
-    if constexpr (!requires(ShardT& s, ConstBlockView<double> cx, BlockView<double> h, index_t k, std::span<double> d) {
-                    s.hessian(cx, k, h, cx, h, k, Curvature::gauss_newton, d);
-                  }) {
+    if constexpr (!gauss_newton_shard<ShardT>) {
       if (kind == Curvature::gauss_newton)
         throw usage_error("this likelihood's shards have no Gauss–Newton matrix (the host shards have it); use Curvature::exact");
     }
@@ -582,7 +578,7 @@ class Likelihood {
             const BlockView<double> h(row, n, n);
             if (!gauss_newton)
               shards_[k].hessian(x, j, h, y, r, slot);
-            else if constexpr (requires { shards_[k].hessian(x, j, h, y, r, slot, kind, std::span<double>()); })
+            else if constexpr (gauss_newton_shard<ShardT>)
               shards_[k].hessian(x, j, h, y, r, slot, kind, std::span<double>(row + n * n, static_cast<std::size_t>(S)));
           },
           [&](const double* row, index_t k) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 
+#include "fitlib/core/concepts.hpp"
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/policy.hpp"
 #include "fitlib/likelihood/options.hpp"
@@ -58,6 +59,13 @@ concept shard_postfit = requires(S& s, ConstBlockView<double> x, BlockView<doubl
 /// A shard of Likelihood<Shard>: both halves of the contract.
 template <class S>
 concept shard = shard_core<S> && shard_postfit<S>;
+
+/// A shard that also computes the Gauss–Newton matrix (hessian with a Curvature and the interpolation's
+/// diagonal term; the host shards): what Likelihood's Curvature::gauss_newton needs.
+template <class S>
+concept gauss_newton_shard = shard<S> && requires(S& s, ConstBlockView<double> x, BlockView<double> h, index_t k, std::span<double> d) {
+  s.hessian(x, k, h, x, h, k, Curvature::gauss_newton, d);
+};
 
 /// Checks a shard type with messages that name what is missing (ensmallen's static checks are the
 /// model); Likelihood<Shard> instantiates it.
