@@ -268,12 +268,11 @@ class TrustRegion {
       s.gradient_norm = detail::norm2(s.g);
       // Near the minimum the Hessian's own curvature is what converges quadratically.
       if (s.model == Curvature::gauss_newton && !sp.hits_boundary && predicted < opts_.exact_below) s.model = Curvature::exact;
-      if (s.model == Curvature::gauss_newton && s.iteration + 1 >= opts_.gauss_newton_iterations) s.model = Curvature::exact;
-      new_iterate(f, s);
-    } else if (s.model == Curvature::gauss_newton && s.iteration + 1 >= opts_.gauss_newton_iterations) {
-      s.model = Curvature::exact;
-      new_iterate(f, s);
     }
+    // After gauss_newton_iterations the model hands over to ∇²f, whatever the step.
+    const bool hand_over = s.model == Curvature::gauss_newton && s.iteration + 1 >= opts_.gauss_newton_iterations;
+    if (hand_over) s.model = Curvature::exact;
+    if (it.accepted || hand_over) new_iterate(f, s);
     ++s.iteration;
     it.iteration = s.iteration;
     it.radius_next = s.radius;
