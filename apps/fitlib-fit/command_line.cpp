@@ -86,9 +86,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
   auto* pd = app.add_option("--pseudoData", a.pseudodata, "fit the tensor's pseudodata sets (names; none = all) instead of data with -t 0")
                  ->expected(0, -1);
   app.add_option("--minimizerMethod", a.method,
-                 "auto (trust-gauss-newton or trust-krylov, by the cost of a dense Hessian), trust-krylov (GLTR), trust-ncg (Steihaug CG), "
-                 "trust-exact (Moré–Sorensen) or trust-gauss-newton (trust-exact on the Gauss–Newton matrix, then on the Hessian near "
-                 "the minimum)")
+                 "auto (chosen by the cost of a dense Hessian), trust-krylov (GLTR), trust-ncg (Steihaug CG), trust-exact (Moré–Sorensen), "
+                 "trust-gauss-newton (trust-exact on the Gauss–Newton matrix, then on the Hessian near the minimum) or "
+                 "trust-gauss-newton-krylov (the same Gauss–Newton steps, then trust-krylov preconditioned by the last Gauss–Newton matrix)")
       ->check(CLI::IsMember([] {
         std::vector<std::string> names{"auto"};
         names.insert(names.end(), minimizer_methods.begin(), minimizer_methods.end());

@@ -201,7 +201,8 @@ def test_ignored_options_noted():
     (["--regularizationStrength", "0.1"], "--regularizationStrength: fitlib does not have"),
     (["--lCurveScan"], "--lCurveScan: fitlib does not have"),
     (["--minimizerMethod", "L-BFGS-B"], "--minimizerMethod L-BFGS-B: fitlib minimises with trust-region methods only; "
-                                        "instead: trust-krylov, trust-ncg, trust-exact, trust-gauss-newton"),
+                                        "instead: trust-krylov, trust-ncg, trust-exact, trust-gauss-newton, "
+                                        "trust-gauss-newton-krylov"),
     (["--minimizerMaxiter", "0"], "--minimizerMaxiter 0: fitlib takes a positive iteration limit"),
     (["--saveHists", "-m", "Asymmetry", "ch0", "ch1"], "-m Asymmetry: fitlib does not have this mapping; it has Select, "
                                                        "Project, Normalize, Ratio"),

@@ -403,6 +403,7 @@ def test_blosc2_tensor_needs_no_plugin_path(monkeypatch):
         (dict(method="trust-exact"), ["--minimizerMethod", "trust-exact"]),
         (dict(method="trust-ncg"), ["--minimizerMethod", "trust-ncg"]),
         (dict(method="trust-gauss-newton"), ["--minimizerMethod", "trust-gauss-newton"]),
+        (dict(method="trust-gauss-newton-krylov"), ["--minimizerMethod", "trust-gauss-newton-krylov"]),
     ],
 )
 def test_options_are_fitlib_fits(demo, tmp_path_factory, options, flags):

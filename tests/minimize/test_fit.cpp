@@ -459,3 +459,180 @@ TEST_CASE("fit: where the data term has no curvature the Gauss–Newton model ha
   CHECK(r.nll == Approx(krylov.nll).epsilon(1e-12));
   CHECK(r.edm < 1e-10);
 }
+
+TEST_CASE("fit: the Gauss–Newton model's Krylov end game reaches the Hessian's minimum with no dense ∇²f before the postfit",
+          "[fit][gauss-newton][end-game]") {
+  SerialLikelihood nll(examples::demo_analysis());
+  TrustRegionOptions o = tight();
+  o.edm_tol = 1e-14;
+  o.curvature = Curvature::gauss_newton;
+  o.end_game = EndGame::krylov;
+  const double exact_below = GENERATE(1e-3, std::numeric_limits<double>::infinity());
+  o.exact_below = exact_below;
+  const Preconditioning preconditioning = GENERATE(Preconditioning::none, Preconditioning::diagonal, Preconditioning::cholesky);
+  INFO("exact_below " << exact_below << ", preconditioning " << static_cast<int>(preconditioning));
+  struct Hooks {
+    index_t begun = 0, ended = 0, last = 0;
+    bool increasing = true;
+    CallbackAction on_begin() {
+      ++begun;
+      return CallbackAction::proceed;
+    }
+    CallbackAction on_iteration(const IterationSummary& s) {
+      increasing = increasing && s.iteration == last + 1;
+      last = s.iteration;
+      return CallbackAction::proceed;
+    }
+    void on_end(FitStatus) { ++ended; }
+  } hooks;
+  FitOptions fo;
+  fo.preconditioning = preconditioning;
+  const FitResult r = fit(nll, TrustRegion<Exact>(o), fo, hooks);
+  check_same_minimum(r, reference_fit());
+  CHECK(r.edm < 1e-14);
+  // The end game's metric is the Gauss–Newton matrix's in the parameters' own coordinates whatever the
+  // first phase's: with a prefit preconditioner it takes about as many HVPs as without.
+  const FitResult plain = fit(nll, TrustRegion<Exact>(o));
+  CHECK(r.counts.hvps <= 2 * plain.counts.hvps);
+  CHECK(r.counts.gauss_newton > 0);
+  CHECK(r.counts.hvps > 0);  // the end game's
+  // Dense ∇²f: the postfit covariance's, and --preconditioning's prefit one; none in the minimisation.
+  CHECK(r.counts.hessians == (preconditioning == Preconditioning::none ? 1 : 2));
+  for (std::size_t i = 0; i < r.x.size(); ++i) {
+    INFO(r.names[i]);
+    CHECK(r.uncertainties[i] == Approx(reference_fit().uncertainties[i]).epsilon(1e-6));
+  }
+  // The callbacks saw one minimisation: one begin, one end, iterations numbered on through the hand-over.
+  CHECK(hooks.begun == 1);
+  CHECK(hooks.ended == 1);
+  CHECK(hooks.increasing);
+  CHECK(hooks.last == r.iterations);
+}
+
+TEST_CASE("TrustRegion with the Krylov end game stops with handed_over where the model would take ∇²f",
+          "[fit][gauss-newton][end-game]") {
+  SerialLikelihood nll(examples::demo_analysis());
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = 1e-12;
+  o.curvature = Curvature::gauss_newton;
+  o.end_game = EndGame::krylov;
+  const TrustRegion<Exact> tr(o);
+  TrustRegion<Exact>::state_type s;
+  tr.init(nll, s, nll.default_parameters());
+  tr.run(nll, s);
+  REQUIRE(s.status == FitStatus::handed_over);
+  CHECK(s.model == Curvature::gauss_newton);
+  CHECK(s.counts.hessians == 0);
+  CHECK(s.counts.gauss_newton > 0);
+  // The hessian end game takes the same Gauss–Newton steps up to there.
+  o.end_game = EndGame::hessian;
+  TrustRegion<Exact>::state_type h;
+  const TrustRegion<Exact> dense(o);
+  dense.init(nll, h, nll.default_parameters());
+  while (h.iteration < s.iteration && h.status == FitStatus::running) dense.step(nll, h);
+  REQUIRE(h.iteration == s.iteration);
+  CHECK(test::same_bits(h.x, s.x));
+  CHECK(h.model == Curvature::exact);
+  CHECK(h.counts.hessians > 0);
+  // Validated: the Krylov end game follows the Gauss–Newton model only.
+  o.curvature = Curvature::exact;
+  o.end_game = EndGame::krylov;
+  CHECK_THROWS_WITH(TrustRegion<Exact>(o), Catch::Contains("end_game = krylov follows the Gauss–Newton model only"));
+}
+
+TEST_CASE("fit: the Krylov end game where the data term has no curvature, and with frozen parameters", "[fit][gauss-newton][end-game]") {
+  Model m = examples::demo_analysis();
+  std::fill(m.data.begin(), m.data.end(), 0.0);  // the Gauss–Newton model hands over after gauss_newton_iterations
+  SerialLikelihood zero(m);
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = 1e-12;
+  const FitResult krylov = fit(zero, TrustRegion<Gltr>(o));
+  REQUIRE(krylov.converged());
+  o.curvature = Curvature::gauss_newton;
+  o.end_game = EndGame::krylov;
+  const FitResult r = fit(zero, TrustRegion<Exact>(o));
+  INFO(r.status_text() << ", NLL " << r.nll << "; trust-krylov: " << krylov.status_text() << ", NLL " << krylov.nll);
+  CHECK(r.converged());
+  CHECK(r.counts.gauss_newton <= o.gauss_newton_iterations);
+  CHECK(r.counts.hvps > 0);  // handed over
+  CHECK(r.nll == Approx(krylov.nll).epsilon(1e-12));
+
+  SerialLikelihood nll(examples::demo_analysis());
+  FitOptions fo;
+  fo.frozen = {nll.parameter_names()[1]};
+  o.edm_tol = 1e-14;
+  const FitResult held = fit(nll, TrustRegion<Exact>(o), fo);
+  o.curvature = Curvature::exact;
+  o.end_game = EndGame::hessian;
+  const FitResult ref = fit(nll, TrustRegion<Gltr>(o), fo);
+  REQUIRE(held.converged());
+  CHECK(held.x[1] == held.x0[1]);
+  CHECK(held.uncertainties[1] == 0);
+  for (std::size_t i = 0; i < held.x.size(); ++i) {
+    INFO(held.names[i]);
+    CHECK(std::abs(held.x[i] - ref.x[i]) <= 1e-6 * (ref.uncertainties[i] > 0 ? ref.uncertainties[i] : 1.0));
+  }
+}
+
+TEST_CASE("fit: the Krylov end game at the iteration limit, and a callback's stop at the hand-over", "[fit][gauss-newton][end-game]") {
+  SerialLikelihood nll(examples::demo_analysis());
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = 1e-12;
+  o.curvature = Curvature::gauss_newton;
+  o.end_game = EndGame::krylov;
+  TrustRegion<Exact>::state_type s;
+  TrustRegion<Exact>(o).init(nll, s, nll.default_parameters());
+  TrustRegion<Exact>(o).run(nll, s);
+  REQUIRE(s.status == FitStatus::handed_over);
+  const index_t k = s.iteration;
+  // The limit reached at the hand-over: the end game takes no step.
+  o.maxiter = k;
+  const FitResult limited = fit(nll, TrustRegion<Exact>(o));
+  CHECK(limited.status == FitStatus::max_iterations);
+  CHECK(limited.iterations == k);
+  CHECK(limited.counts.hvps == 0);
+  // A callback's abort at the hand-over iteration ends the fit there.
+  o.maxiter = 0;
+  struct AbortAt {
+    index_t k;
+    index_t ended = 0;
+    CallbackAction on_iteration(const IterationSummary& it) { return it.iteration == k ? CallbackAction::abort : CallbackAction::proceed; }
+    void on_end(FitStatus) { ++ended; }
+  } abort_at{k};
+  const FitResult aborted = fit(nll, TrustRegion<Exact>(o), {}, abort_at);
+  CHECK(aborted.status == FitStatus::aborted);
+  CHECK(aborted.iterations == k);
+  CHECK(abort_at.ended == 1);
+  // Training drives the trust region step by step: the Krylov end game is refused there.
+  test::RandomModelSpec sp;
+  SerialLikelihood small(test::random_model(sp));
+  const ReplicaBatch<dynamic> batch(2);
+  CHECK_THROWS_WITH(train_replicas(batch, small, TrustRegion<Exact>(o), std::vector<ReplicaInputs>(2), TrainingOptions{}),
+                    Catch::Contains("the Krylov end game (EndGame::krylov) is fit()'s"));
+}
+
+TEST_CASE("the automatic minimizer: dense Hessians where one costs few passes, the Krylov end game above", "[fit][gauss-newton][end-game]") {
+  test::RandomModelSpec sp;
+  sp.bins = 200;
+  sp.masked_bins = 0;
+  sp.asymmetric = false;
+  sp.nsyst = 20;
+  const Model cheap = test::random_model(sp);
+  sp.nsyst = 400;
+  const Model costly = test::random_model(sp);
+  INFO("passes per Hessian: " << cost_model(cheap).hessian_passes() << " and " << cost_model(costly).hessian_passes());
+  CHECK(cost_model(cheap).hessian_passes() <= 12);
+  CHECK(cost_model(costly).hessian_passes() > 12);
+  CHECK(resolve_minimizer("auto", cheap) == "trust-gauss-newton");
+  CHECK(resolve_minimizer("auto", costly) == "trust-gauss-newton-krylov");
+  CHECK(resolve_minimizer("trust-krylov", costly) == "trust-krylov");
+  CHECK_THROWS_WITH(resolve_minimizer("trust-newton", cheap), Catch::Contains("trust-gauss-newton-krylov"));
+  // Each name runs its own trust region: the Krylov end game's name on the Gauss–Newton model.
+  const bool krylov_end = with_minimizer("trust-gauss-newton-krylov", {}, [](const auto& tr) {
+    return tr.options().curvature == Curvature::gauss_newton && tr.options().end_game == EndGame::krylov;
+  });
+  CHECK(krylov_end);
+}

@@ -253,13 +253,14 @@ TEST_CASE("likelihood replicas: the products kept between passes change no bit o
 }
 
 template <class Sub>
-void check_batch_equals_sequential(index_t width, Curvature curvature = Curvature::exact) {
+void check_batch_equals_sequential(index_t width, Curvature curvature = Curvature::exact, EndGame end_game = EndGame::hessian) {
   const Model m = small_model();
   SerialLikelihood nll(m);
   const auto in = toys(nll, 7);
   TrustRegionOptions o;
   o.gtol = 1e-9;
   o.curvature = curvature;
+  o.end_game = end_game;
   const TrustRegion<Sub> minimizer(o);
 
   std::vector<FitOptions> opts(in.size());
@@ -288,6 +289,8 @@ void check_batch_equals_sequential(index_t width, Curvature curvature = Curvatur
     CHECK(f.counts.hvps == s.counts.hvps);
     CHECK(f.counts.gauss_newton == s.counts.gauss_newton);
     CHECK((curvature == Curvature::exact || s.counts.gauss_newton > 0));
+    CHECK(s.converged());
+    CHECK((end_game == EndGame::hessian || s.counts.hvps > 0));
     CHECK(same_bits(f.x, s.x));
     CHECK(same_bits(f.nll, s.nll));
     CHECK(same_bits(f.covariance, s.covariance));
@@ -299,6 +302,7 @@ TEST_CASE("replica batch: every replica bitwise equals its sequential fit, whate
   check_batch_equals_sequential<SteihaugCG>(4);
   check_batch_equals_sequential<Exact>(4);
   check_batch_equals_sequential<Exact>(3, Curvature::gauss_newton);
+  check_batch_equals_sequential<Exact>(3, Curvature::gauss_newton, EndGame::krylov);
 }
 
 TEST_CASE("replica batch: a failing replica is marked and disturbs no other", "[replica][batch]") {

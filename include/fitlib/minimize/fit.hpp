@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <regex>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,7 @@
 #include "fitlib/core/concepts.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/minimize/gltr.hpp"
 #include "fitlib/minimize/reparametrized.hpp"
 #include "fitlib/minimize/status.hpp"
 #include "fitlib/minimize/trust_region.hpp"
@@ -220,6 +222,43 @@ FITLIB_PREBUILT_INLINE Eigen::MatrixXd preconditioner_factor(const std::vector<d
 }  // namespace detail
 
 namespace detail {
+/// EndGame::krylov: trust-krylov from the Gauss–Newton phase's last iterate r.x, in coordinates
+/// y = Lᵀ(x − r.x) where L·Lᵀ is the phase's last Gauss–Newton matrix G (`gn.hessian`) in the
+/// parameters' own coordinates: G is the matrix in the phase's coordinates y₀ = L0ᵀ(x − x0), so
+/// L = L0·chol(G) (preconditioner_factor's fallbacks where G is not positive definite). Near the minimum that matrix is close to ∇²f, so the Krylov solves
+/// and the EDM's conjugate gradients take few HVPs there, and the trust region is measured in the metric
+/// the minimum's curvature sets; the EDM that decides the stop does not depend on the fixed change of
+/// variables. Iterations, evaluations, the iteration limit and the clock go on from the phase's; the
+/// callbacks see one minimisation. Sets r.x, r.status, r.stop, r.iterations and r.counts.
+template <objective F, class Sub, class... Callbacks>
+void krylov_end_game(F& f, const TrustRegionOptions& options, const TrustRegionState<Sub>& gn, const Eigen::MatrixXd& L0,
+                     const std::vector<index_t>& free, FitResult& r, Callbacks&... callbacks) {
+  const index_t n = static_cast<index_t>(r.x.size()), m = static_cast<index_t>(free.size());
+  std::vector<index_t> all(static_cast<std::size_t>(m));
+  std::iota(all.begin(), all.end(), index_t{0});
+  Eigen::MatrixXd L = preconditioner_factor(gn.hessian, m, all, Preconditioning::cholesky, {});
+  if (L0.size() > 0) L = (L0 * L).eval();  // lower triangular, as both factors
+  Reparametrized<F> end(f, r.x, free, std::move(L));
+  TrustRegionOptions o = options;
+  o.curvature = Curvature::exact;
+  o.end_game = EndGame::hessian;
+  const TrustRegion<Gltr> krylov(o);
+  TrustRegionState<Gltr> s;
+  krylov.init(end, s, std::vector<double>(static_cast<std::size_t>(m), 0.0));
+  s.iteration = gn.iteration;
+  s.maxiter = gn.maxiter;
+  s.start = gn.start;
+  s.begun = gn.begun;
+  s.counts += gn.counts;
+  if (s.status == FitStatus::running && s.iteration >= s.maxiter) s.status = FitStatus::max_iterations;
+  krylov.run(end, s, callbacks...);
+  end.to_full(ConstBlockView<double>(s.x.data(), m, 1), BlockView<double>(r.x.data(), n, 1));
+  r.status = s.status;
+  r.stop = krylov.stop_test(s);
+  r.iterations = s.iteration;
+  r.counts = s.counts;
+}
+
 /// What `fit` computes at the minimum r.x, into r: with `covariance`, the dense Hessian, the
 /// covariance of the free parameters (its inverse), the uncertainties and the EDM; else the NLL
 /// and the gradient only. Frozen parameters get zero rows and columns. `known`: the Hessian at r.x
@@ -318,19 +357,22 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
     // What the stop tested, at the final iterate: the EDM is the one the last step computed (NaN
     // if it computed none); ½gᵀH⁻¹g does not change under the fixed linear change of variables.
     r.stop = minimizer.stop_test(state);
+    r.iterations = state.iteration;
+    r.counts = state.counts;
+    if constexpr (Sub::needs_hessian && objective_with_gauss_newton<Reparametrized<F>>)
+      if (state.status == FitStatus::handed_over) detail::krylov_end_game(f, minimizer.options(), state, L, free, r, callbacks...);
   } else {  // everything frozen (a scan point, a fixed hypothesis): nothing to minimise
     r.x = r.x0;
     r.status = FitStatus::converged_gtol;
   }
-  r.iterations = state.iteration;
-  r.counts = state.counts;
   r.counts += extra;  // the preconditioner's prefit Hessian
 
   // Where the minimizer's coordinates are the parameters themselves, its value and gradient at the last
   // iterate are the postfit ones (the same evaluation at the same point: the same bits), and so is its
   // last ∇²f where it kept one; else the matrix alone is computed there (objective_with_bare_hessian).
+  // (The Krylov end game's coordinates are preconditioned ones.)
   std::vector<double> known;
-  if (options.covariance && m == n && m > 0 && L.size() == 0) {
+  if (options.covariance && m == n && m > 0 && L.size() == 0 && state.status != FitStatus::handed_over) {
     if (Sub::needs_hessian && state.model == Curvature::exact && state.hessian_at_x) {
       known = std::move(state.hessian);
     } else if constexpr (objective_with_bare_hessian<F>) {

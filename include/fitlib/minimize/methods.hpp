@@ -16,9 +16,12 @@
 
 namespace fitlib {
 
-/// The trust regions by name: rabbit's (SciPy's) three, and trust-gauss-newton, trust-exact on the
-/// Gauss–Newton matrix and then on ∇²f near the minimum (TrustRegionOptions::curvature).
-inline constexpr std::array<std::string_view, 4> minimizer_methods{"trust-krylov", "trust-ncg", "trust-exact", "trust-gauss-newton"};
+/// The trust regions by name: rabbit's (SciPy's) three; trust-gauss-newton, trust-exact on the
+/// Gauss–Newton matrix and then on ∇²f near the minimum (TrustRegionOptions::curvature); and
+/// trust-gauss-newton-krylov, the same Gauss–Newton steps and then trust-krylov preconditioned by the
+/// last Gauss–Newton matrix (EndGame::krylov: no dense ∇²f before the postfit covariance).
+inline constexpr std::array<std::string_view, 5> minimizer_methods{"trust-krylov", "trust-ncg", "trust-exact", "trust-gauss-newton",
+                                                                   "trust-gauss-newton-krylov"};
 
 /// A usage_error unless `method` is one of minimizer_methods.
 inline void require_minimizer_method(std::string_view method) {
@@ -26,7 +29,7 @@ inline void require_minimizer_method(std::string_view method) {
     if (m == method) return;
   throw usage_error("unknown minimizer method '" + std::string(method) +
                     "': use auto (chosen by the cost model), trust-krylov (GLTR), trust-ncg (Steihaug CG), trust-exact (Moré–Sorensen) "
-                    "or trust-gauss-newton");
+                    "trust-gauss-newton or trust-gauss-newton-krylov");
 }
 
 /// `method`, or for "auto" the one default_minimizer picks for the model; checked.
@@ -36,14 +39,17 @@ inline std::string resolve_minimizer(std::string_view method, const Model& m) {
   return resolved;
 }
 
-/// f(trust region) with the trust region `method` names, on `options` with their curvature set by the
-/// name (the Gauss–Newton model for trust-gauss-newton, else ∇²f).
+/// f(trust region) with the trust region `method` names, on `options` with their curvature and end game
+/// set by the name (the Gauss–Newton model for trust-gauss-newton[-krylov], else ∇²f).
 template <class F>
 decltype(auto) with_minimizer(std::string_view method, TrustRegionOptions options, F&& f) {
   require_minimizer_method(method);
-  options.curvature = method == "trust-gauss-newton" ? Curvature::gauss_newton : Curvature::exact;
+  const bool gauss_newton = method.starts_with("trust-gauss-newton");
+  options.curvature = gauss_newton ? Curvature::gauss_newton : Curvature::exact;
+  options.end_game = method == "trust-gauss-newton-krylov" ? EndGame::krylov : EndGame::hessian;
   if (method == "trust-krylov") return f(TrustRegion<Gltr>(options));
   if (method == "trust-ncg") return f(TrustRegion<SteihaugCG>(options));
+  // trust-exact, trust-gauss-newton[-krylov]
   return f(TrustRegion<Exact>(options));
 }
 

@@ -11,6 +11,19 @@
 
 namespace fitlib {
 
+/// What takes over from the Gauss–Newton model (TrustRegionOptions::curvature) near the minimum.
+enum class EndGame {
+  /// The same trust region on ∇²f: a dense Hessian at every iterate.
+  hessian,
+  /// `fit` goes on with trust-krylov (GLTR on HVPs of f) from the last Gauss–Newton iterate, in
+  /// coordinates preconditioned by the Cholesky factor of the last Gauss–Newton matrix (there close to
+  /// ∇²f), so that no dense ∇²f is needed before the postfit covariance: for models whose Hessian costs
+  /// many passes over the templates. TrustRegion itself stops with FitStatus::handed_over there. In
+  /// those coordinates gtol tests ‖L⁻¹g‖ (≈ √(2·EDM) near the minimum), and radii and step norms (the
+  /// progress lines) are in units of the curvature's metric.
+  krylov,
+};
+
 /// The outer loop's options; the defaults are SciPy's (trust-region.md §1.1).
 struct TrustRegionOptions {
   /// Δ₀ > 0 and strictly below max_radius.
@@ -44,6 +57,8 @@ struct TrustRegionOptions {
   /// whatever the steps. Where the data term's curvature vanishes (empty bins: n/ν² = 0) the model
   /// is only linear in the yields and its steps stay on the boundary.
   index_t gauss_newton_iterations = 10;
+  /// With Curvature::gauss_newton: what takes over where the model switches to ∇²f.
+  EndGame end_game = EndGame::hessian;
 
   void validate() const {
     auto fail = [](const std::string& what) { throw std::invalid_argument("TrustRegionOptions::" + what); };
@@ -57,6 +72,8 @@ struct TrustRegionOptions {
     if (maxiter < 0) fail("maxiter must be ≥ 0 (0 = 200·n), got " + std::to_string(maxiter));
     if (!(exact_below > 0)) fail("exact_below must be > 0, got " + std::to_string(exact_below));
     if (gauss_newton_iterations < 1) fail("gauss_newton_iterations must be ≥ 1, got " + std::to_string(gauss_newton_iterations));
+    if (end_game == EndGame::krylov && curvature != Curvature::gauss_newton)
+      fail("end_game = krylov follows the Gauss–Newton model only; set curvature = Curvature::gauss_newton or end_game = EndGame::hessian");
   }
 };
 

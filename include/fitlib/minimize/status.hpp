@@ -14,6 +14,8 @@ namespace fitlib {
 /// Why a minimisation stopped. Non-convergence is a status, never an exception.
 enum class FitStatus {
   running,             ///< not finished: `TrustRegion::step` returns this while iterating
+  handed_over,         ///< not finished: the Gauss–Newton model hands over to `fit`'s Krylov end game
+                       ///< (EndGame::krylov); `fit` never returns it
   converged_gtol,      ///< ‖g‖ < gtol (SciPy's status 0)
   converged_edm,       ///< the EDM ½·gᵀH⁻¹g at the final point is below edm_tol
   converged_callback,  ///< a callback declared convergence (e.g. stalled improvement)
@@ -41,6 +43,7 @@ constexpr bool converged(FitStatus s) {
 constexpr std::string_view to_string(FitStatus s) {
   switch (s) {
     case FitStatus::running: return "running";
+    case FitStatus::handed_over: return "handed over to the Krylov end game";
     case FitStatus::converged_gtol: return "converged (gradient norm below gtol)";
     case FitStatus::converged_edm: return "converged (EDM below edm_tol)";
     case FitStatus::converged_callback: return "converged (declared by a callback)";

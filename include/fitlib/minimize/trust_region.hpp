@@ -60,6 +60,9 @@ struct TrustRegionState {
   index_t iteration = 0;
   index_t maxiter = 0;
   FitStatus status = FitStatus::running;
+  /// `run` has called the callbacks' on_begin: a minimisation that goes on in another state (fit's
+  /// Krylov end game, EndGame::krylov) does not begin again.
+  bool begun = false;
   EvaluationCounts counts;
   IterationSummary last;  ///< the last iteration
   Sub subproblem;
@@ -169,6 +172,7 @@ class TrustRegion {
     s.iteration = 0;
     s.maxiter = opts_.maxiter > 0 ? opts_.maxiter : 200 * n;
     s.status = FitStatus::running;
+    s.begun = false;
     s.counts = {};
     s.last = {};
     s.subproblem = prototype_;
@@ -210,6 +214,7 @@ class TrustRegion {
     // No predicted decrease: SciPy's failure, unless x is a minimum to f's rounding, where the prediction
     // itself is a rounded-off zero (an exact Hessian at an Asimov fit's start).
     if (std::isfinite(predicted) && predicted <= 0) {
+      if (krylov_next(s)) return s.status = FitStatus::handed_over;  // the end game's EDM decides
       const bool approximate = s.model != Curvature::exact;  // no stop on the Gauss–Newton model's failure
       const double e = s.last.edm = edm(f, s);
       if (e < opts_.edm_tol) return s.status = FitStatus::converged_edm;
@@ -261,18 +266,22 @@ class TrustRegion {
     else if (rho > 0.75 && sp.hits_boundary)
       s.radius = std::min(2 * s.radius, opts_.max_radius);
     it.accepted = rho > opts_.eta;
+    const bool gauss_newton = s.model == Curvature::gauss_newton;
+    // Near the minimum the Hessian's own curvature is what converges quadratically; and after
+    // gauss_newton_iterations the model hands over to ∇²f, whatever the step.
+    const bool hand_over = gauss_newton && ((it.accepted && !sp.hits_boundary && predicted < opts_.exact_below) ||
+                                            s.iteration + 1 >= opts_.gauss_newton_iterations);
+    const bool to_krylov = hand_over && krylov_next(s);
     if (it.accepted) {
       s.x.swap(s.x_trial);
       s.g.swap(s.g_trial);
       s.f = s.f_trial;
       s.gradient_norm = detail::norm2(s.g);
-      // Near the minimum the Hessian's own curvature is what converges quadratically.
-      if (s.model == Curvature::gauss_newton && !sp.hits_boundary && predicted < opts_.exact_below) s.model = Curvature::exact;
+      s.hessian_at_x = false;
     }
-    // After gauss_newton_iterations the model hands over to ∇²f, whatever the step.
-    const bool hand_over = s.model == Curvature::gauss_newton && s.iteration + 1 >= opts_.gauss_newton_iterations;
-    if (hand_over) s.model = Curvature::exact;
-    if (it.accepted || hand_over) new_iterate(f, s);
+    if (hand_over && !to_krylov) s.model = Curvature::exact;
+    // (The Krylov end game keeps the last Gauss–Newton matrix, at the previous iterate, as its preconditioner.)
+    if ((it.accepted || hand_over) && !to_krylov) new_iterate(f, s);
     ++s.iteration;
     it.iteration = s.iteration;
     it.radius_next = s.radius;
@@ -280,6 +289,7 @@ class TrustRegion {
     it.elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.start).count();
 
     if (stationary(s)) return s.status = FitStatus::converged_gtol;
+    if (to_krylov) return s.status = FitStatus::handed_over;
     if (it.accepted && edm_at_iterate(s)) return s.status = FitStatus::converged_edm;
     // f's rounding at the (new) iterate: no value of f confirms a decrease below it.
     const double resolution = this->resolution(s);
@@ -298,6 +308,7 @@ class TrustRegion {
     const bool slope_at_precision = it.accepted && slope_judged && predicted <= resolution && opts_.edm_tol == 0;
     const bool below_floor = it.accepted && predicted <= s.rounding_floor;
     if (it.accepted && ((!sp.hits_boundary && predicted < opts_.edm_tol) || slope_at_precision || below_floor)) {
+      if (krylov_next(s)) return s.status = FitStatus::handed_over;
       it.edm = edm(f, s);
       if (it.edm < opts_.edm_tol) return s.status = FitStatus::converged_edm;
       if ((slope_at_precision || below_floor) && it.edm <= resolution)
@@ -310,6 +321,7 @@ class TrustRegion {
     // decrease (the EDM, finite and from a positive-definite H) is itself below edm_tol, or below
     // f's rounding (`resolution`), where no value of f can confirm a further decrease; else stalled.
     if (!it.accepted && trial_finite && predicted <= resolution) {
+      if (krylov_next(s)) return s.status = FitStatus::handed_over;
       const bool approximate = s.model != Curvature::exact;  // the Hessian takes the next step, not a stop
       it.edm = edm(f, s);
       if (it.edm < opts_.edm_tol) return s.status = FitStatus::converged_edm;
@@ -320,10 +332,12 @@ class TrustRegion {
     return s.status;
   }
 
-  /// Iterates until a stop; callbacks' hooks see every iteration and may stop or abort.
+  /// Iterates until a stop; callbacks' hooks see every iteration and may stop or abort. With
+  /// EndGame::krylov it may return FitStatus::handed_over, without on_end: `fit` goes on from there.
   template <objective F, class... Callbacks>
   FitStatus run(F& f, state_type& s, Callbacks&... callbacks) const {
-    if (s.status == FitStatus::running) {
+    if (s.status == FitStatus::running && !s.begun) {
+      s.begun = true;
       const CallbackAction a = detail::on_begin(callbacks...);
       if (a == CallbackAction::stop_converged) s.status = FitStatus::converged_callback;
       if (a == CallbackAction::abort) s.status = FitStatus::aborted;
@@ -333,11 +347,12 @@ class TrustRegion {
       step(f, s);
       if (s.iteration == before) break;  // stopped before taking a step (no subproblem step, or no predicted decrease)
       const CallbackAction a = detail::on_iteration(s.last, callbacks...);
-      if (s.status != FitStatus::running) break;
+      if (s.status != FitStatus::running && s.status != FitStatus::handed_over) break;
       if (a == CallbackAction::stop_converged) s.status = FitStatus::converged_callback;
       if (a == CallbackAction::abort) s.status = FitStatus::aborted;
+      if (s.status == FitStatus::handed_over) break;
     }
-    detail::on_end(s.status, stop_test(s), callbacks...);
+    if (s.status != FitStatus::handed_over) detail::on_end(s.status, stop_test(s), callbacks...);  // else it goes on
     return s.status;
   }
 
@@ -347,6 +362,10 @@ class TrustRegion {
   }
 
  private:
+  /// Whether the Gauss–Newton model's next switch to ∇²f is fit's Krylov end game (EndGame::krylov),
+  /// which then takes over, its EDM deciding the stop; so no dense ∇²f is computed here.
+  bool krylov_next(const state_type& s) const { return s.model == Curvature::gauss_newton && opts_.end_game == EndGame::krylov; }
+
   /// f's rounding at the iterate (rounding_level).
   static double resolution(const state_type& s) { return rounding_level(s.f, s.rounding_floor); }
 

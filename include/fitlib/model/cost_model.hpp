@@ -34,14 +34,15 @@ inline CostModel cost_model(const Model& m) {
   return c;
 }
 
-/// fitlib-fit's --minimizerMethod auto: trust-gauss-newton where a dense Hessian costs at most 40
-/// passes, or at most 150 with asymmetric systematics (their interpolation's curvature is what makes
-/// the Krylov solves long, and the Gauss–Newton fit needs 2–4 Hessians of its own); trust-krylov above.
-/// The thresholds are measured, on rabbit's test tensor, the synthetic grid and the realistic analyses
-/// of benchmarks/compare_rabbit.py (docs/benchmarks.md, "The Gauss–Newton model").
+/// fitlib-fit's --minimizerMethod auto: Gauss–Newton steps to the minimum's neighbourhood, then where a
+/// dense Hessian costs at most 12 passes over the templates the end game on dense Hessians
+/// (trust-gauss-newton: 2–3 of them, the last the postfit's), and above that trust-krylov preconditioned
+/// by the last Gauss–Newton matrix (trust-gauss-newton-krylov: 10–30 HVPs and the postfit's Hessian),
+/// faster than trust-krylov alone on every tensor measured. The threshold lies between the two measured
+/// points that bracket it (docs/benchmarks.md, "The Krylov end game": 9 passes, synth_b10000_s100 of
+/// benchmarks/compare_rabbit.py, is faster with dense Hessians, 16, realistic_400, with HVPs); not derived.
 inline std::string_view default_minimizer(const Model& m) {
-  const double h = cost_model(m).hessian_passes();
-  return h <= 40 || (!m.symmetric && h <= 150) ? "trust-gauss-newton" : "trust-krylov";
+  return cost_model(m).hessian_passes() <= 12 ? "trust-gauss-newton" : "trust-gauss-newton-krylov";
 }
 
 }  // namespace fitlib

@@ -79,6 +79,16 @@ inline std::vector<std::uint8_t> training_split(index_t nbins, double fraction, 
   return train;
 }
 
+namespace detail {
+/// Training drives the trust region step by step (early stopping, the positivity schedule); the
+/// Gauss–Newton model's Krylov end game (EndGame::krylov) is fit()'s, so it is refused.
+inline void require_stepwise(const TrustRegionOptions& o) {
+  if (o.end_game == EndGame::krylov)
+    throw usage_error("training drives the trust region step by step, and the Krylov end game (EndGame::krylov) is fit()'s; "
+                      "use EndGame::hessian");
+}
+}  // namespace detail
+
 /// Trains one replica from x0 into `res`: it minimises `f` with its own trust region; after every
 /// accepted step it evaluates `validation_loss(x)` and keeps the best state; it stops after
 /// `opts.patience` iterations without improvement (with `opts.validation_fraction` > 0), or when the
@@ -95,6 +105,7 @@ template <objective F, class Sub, class Loss>
 void train_replica(const TrustRegion<Sub>& minimizer, F& fr, Loss&& validation_loss, const TrainingOptions& opts,
                    const std::function<void(double)>& set_multiplier, const std::vector<double>& x0, ReplicaFit& res) {
   opts.validate();
+  detail::require_stepwise(minimizer.options());
   const index_t n = fr.size();
   std::function<double(const std::vector<double>&)> validation_nll = std::forward<Loss>(validation_loss);
   res.x0 = x0;

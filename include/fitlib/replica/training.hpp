@@ -35,6 +35,7 @@ template <index_t N, class Shard, class Sub>
 BatchResult train_replicas(const ReplicaBatch<N>& batch, Likelihood<Shard>& lik, const TrustRegion<Sub>& minimizer,
                            std::vector<ReplicaInputs> replicas, const TrainingOptions& opts, std::vector<double> x0 = {}) {
   opts.validate();
+  detail::require_stepwise(minimizer.options());
   const auto R = static_cast<index_t>(replicas.size());
   const index_t nb = lik.model().nbins(), nreg = lik.regularizer_count();
   // The penalty's number among the likelihood's regularizers (its replicas' penalty scale).

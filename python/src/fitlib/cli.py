@@ -33,7 +33,7 @@ PROG = "fitlib_fit"
 
 _MAPPINGS = ("Select", "Project", "Normalize", "Ratio")  # fitlib-fit -m's kinds
 _BASE_MAPPINGS = ("BaseMapping", "Basemodel")  # rabbit's: the channels' own histograms (HEAD, 0.2.5)
-_TRUST_METHODS = ("trust-krylov", "trust-ncg", "trust-exact", "trust-gauss-newton")
+_TRUST_METHODS = ("trust-krylov", "trust-ncg", "trust-exact", "trust-gauss-newton", "trust-gauss-newton-krylov")
 _RABBIT_PACKAGES = ("wums", "hist", "h5py")  # what fitlib.rabbit writes rabbit's layout with (fitlib[rabbit])
 
 # rabbit_fit's options that fitlib refuses: (dest, option as rabbit spells it, what to use instead or None). Each is
@@ -191,8 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="POIs act linearly (μ = x), so they may be negative")
     fit.add_argument("--minimizerMethod", default="auto",
                      choices=["auto", *_TRUST_METHODS, "BFGS", "L-BFGS-B", "CG", "dogleg"],
-                     help="auto (fitlib-fit's default: trust-gauss-newton or trust-krylov, by the cost of a dense Hessian), "
-                          "trust-krylov (rabbit's default), trust-ncg, trust-exact or trust-gauss-newton; fitlib has no BFGS, "
+                     help="auto (fitlib-fit's default, chosen by the cost of a dense Hessian), trust-krylov (rabbit's default), "
+                          "trust-ncg, trust-exact, trust-gauss-newton or trust-gauss-newton-krylov; fitlib has no BFGS, "
                           "L-BFGS-B, CG or dogleg")
     fit.add_argument("--minimizerMaxiter", type=int, default=None, metavar="N", help="iteration limit (default: fitlib's, 200·parameters)")
     fit.add_argument("--minimizerGtol", type=float, default=None, metavar="X", help="stop when the gradient norm is below this")
