@@ -449,8 +449,12 @@ TEST_CASE("fit: where the data term has no curvature the Gauss–Newton model ha
   const FitResult krylov = fit(nll, TrustRegion<Gltr>(o));
   REQUIRE(krylov.converged());
   o.curvature = Curvature::gauss_newton;
+  const EndGame end_game = GENERATE(EndGame::hessian, EndGame::krylov);
+  o.end_game = end_game;
   const FitResult r = fit(nll, TrustRegion<Exact>(o));
-  INFO(r.status_text() << ", NLL " << r.nll << "; trust-krylov: " << krylov.status_text() << ", NLL " << krylov.nll);
+  INFO((end_game == EndGame::krylov ? "Krylov end game: " : "") << r.status_text() << ", NLL " << r.nll << "; trust-krylov: "
+                                                                 << krylov.status_text() << ", NLL " << krylov.nll);
+  CHECK((end_game == EndGame::hessian || r.counts.hvps > 0));  // handed over
   // Without the hand-over every step stays on the boundary until maxiter; with it ∇²f ends the fit where
   // trust-krylov's ends: the yields driven towards zero, where the NLL is flat to its rounding (and where
   // ∇²f's model, trust-exact's too, stops predicting a decrease at an EDM of a few 1e-12).
@@ -541,24 +545,11 @@ TEST_CASE("TrustRegion with the Krylov end game stops with handed_over where the
   CHECK_THROWS_WITH(TrustRegion<Exact>(o), Catch::Contains("end_game = krylov follows the Gauss–Newton model only"));
 }
 
-TEST_CASE("fit: the Krylov end game where the data term has no curvature, and with frozen parameters", "[fit][gauss-newton][end-game]") {
-  Model m = examples::demo_analysis();
-  std::fill(m.data.begin(), m.data.end(), 0.0);  // the Gauss–Newton model hands over after gauss_newton_iterations
-  SerialLikelihood zero(m);
+TEST_CASE("fit: the Krylov end game with frozen parameters", "[fit][gauss-newton][end-game]") {
   TrustRegionOptions o;
   o.gtol = 0;
-  o.edm_tol = 1e-12;
-  const FitResult krylov = fit(zero, TrustRegion<Gltr>(o));
-  REQUIRE(krylov.converged());
   o.curvature = Curvature::gauss_newton;
   o.end_game = EndGame::krylov;
-  const FitResult r = fit(zero, TrustRegion<Exact>(o));
-  INFO(r.status_text() << ", NLL " << r.nll << "; trust-krylov: " << krylov.status_text() << ", NLL " << krylov.nll);
-  CHECK(r.converged());
-  CHECK(r.counts.gauss_newton <= o.gauss_newton_iterations);
-  CHECK(r.counts.hvps > 0);  // handed over
-  CHECK(r.nll == Approx(krylov.nll).epsilon(1e-12));
-
   SerialLikelihood nll(examples::demo_analysis());
   FitOptions fo;
   fo.frozen = {nll.parameter_names()[1]};
