@@ -33,6 +33,25 @@ const FitResult& reference_fit() {
   return r;
 }
 
+/// The Gauss–Newton model with the Krylov end game, gtol off, edm_tol 1e-12.
+TrustRegionOptions krylov_end_game() {
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = 1e-12;
+  o.curvature = Curvature::gauss_newton;
+  o.end_game = EndGame::krylov;
+  return o;
+}
+
+/// TrustRegion<Exact> with `o` run on nll from its default point until it stops (at the hand-over).
+TrustRegion<Exact>::state_type run_to_stop(SerialLikelihood& nll, const TrustRegionOptions& o) {
+  const TrustRegion<Exact> tr(o);
+  TrustRegion<Exact>::state_type s;
+  tr.init(nll, s, nll.default_parameters());
+  tr.run(nll, s);
+  return s;
+}
+
 void check_same_minimum(const FitResult& r, const FitResult& ref) {
   REQUIRE(r.converged());
   CHECK(std::abs(r.nll - ref.nll) < 1e-9);
@@ -516,15 +535,8 @@ TEST_CASE("fit: the Gauss–Newton model's Krylov end game reaches the Hessian's
 TEST_CASE("TrustRegion with the Krylov end game stops with handed_over where the model would take ∇²f",
           "[fit][gauss-newton][end-game]") {
   SerialLikelihood nll(examples::demo_analysis());
-  TrustRegionOptions o;
-  o.gtol = 0;
-  o.edm_tol = 1e-12;
-  o.curvature = Curvature::gauss_newton;
-  o.end_game = EndGame::krylov;
-  const TrustRegion<Exact> tr(o);
-  TrustRegion<Exact>::state_type s;
-  tr.init(nll, s, nll.default_parameters());
-  tr.run(nll, s);
+  TrustRegionOptions o = krylov_end_game();
+  const TrustRegion<Exact>::state_type s = run_to_stop(nll, o);
   REQUIRE(s.status == FitStatus::handed_over);
   CHECK(s.model == Curvature::gauss_newton);
   CHECK(s.counts.hessians == 0);
@@ -546,10 +558,7 @@ TEST_CASE("TrustRegion with the Krylov end game stops with handed_over where the
 }
 
 TEST_CASE("fit: the Krylov end game with frozen parameters", "[fit][gauss-newton][end-game]") {
-  TrustRegionOptions o;
-  o.gtol = 0;
-  o.curvature = Curvature::gauss_newton;
-  o.end_game = EndGame::krylov;
+  TrustRegionOptions o = krylov_end_game();
   SerialLikelihood nll(examples::demo_analysis());
   FitOptions fo;
   fo.frozen = {nll.parameter_names()[1]};
@@ -569,14 +578,8 @@ TEST_CASE("fit: the Krylov end game with frozen parameters", "[fit][gauss-newton
 
 TEST_CASE("fit: the Krylov end game at the iteration limit, and a callback's stop at the hand-over", "[fit][gauss-newton][end-game]") {
   SerialLikelihood nll(examples::demo_analysis());
-  TrustRegionOptions o;
-  o.gtol = 0;
-  o.edm_tol = 1e-12;
-  o.curvature = Curvature::gauss_newton;
-  o.end_game = EndGame::krylov;
-  TrustRegion<Exact>::state_type s;
-  TrustRegion<Exact>(o).init(nll, s, nll.default_parameters());
-  TrustRegion<Exact>(o).run(nll, s);
+  TrustRegionOptions o = krylov_end_game();
+  const TrustRegion<Exact>::state_type s = run_to_stop(nll, o);
   REQUIRE(s.status == FitStatus::handed_over);
   const index_t k = s.iteration;
   // The limit reached at the hand-over: the end game takes no step.
