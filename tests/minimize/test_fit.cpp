@@ -453,8 +453,15 @@ TEST_CASE("TrustRegion refuses the Gauss–Newton model where there is none", "[
   o.exact_below = 0;
   CHECK_THROWS_WITH(TrustRegion<Exact>(o), Catch::Contains("exact_below must be > 0"));
   o.exact_below = 1e-3;
+  o.gauss_newton_iterations = -1;
+  CHECK_THROWS_WITH(TrustRegion<Exact>(o), Catch::Contains("gauss_newton_iterations must be ≥ 0"));
+  // 0, the default: 10 iterations before a dense ∇²f, 30 before the Krylov end game; else as set.
   o.gauss_newton_iterations = 0;
-  CHECK_THROWS_WITH(TrustRegion<Exact>(o), Catch::Contains("gauss_newton_iterations must be ≥ 1"));
+  CHECK(o.gauss_newton_limit() == 10);
+  o.end_game = EndGame::krylov;
+  CHECK(o.gauss_newton_limit() == 30);
+  o.gauss_newton_iterations = 4;
+  CHECK(o.gauss_newton_limit() == 4);
 }
 
 TEST_CASE("fit: where the data term has no curvature the Gauss–Newton model hands over after gauss_newton_iterations",
@@ -477,7 +484,7 @@ TEST_CASE("fit: where the data term has no curvature the Gauss–Newton model ha
   // Without the hand-over every step stays on the boundary until maxiter; with it ∇²f ends the fit where
   // trust-krylov's ends: the yields driven towards zero, where the NLL is flat to its rounding (and where
   // ∇²f's model, trust-exact's too, stops predicting a decrease at an EDM of a few 1e-12).
-  CHECK(r.counts.gauss_newton <= o.gauss_newton_iterations);
+  CHECK(r.counts.gauss_newton <= o.gauss_newton_limit());
   CHECK(r.status != FitStatus::max_iterations);
   CHECK(r.nll == Approx(krylov.nll).epsilon(1e-12));
   CHECK(r.edm < 1e-10);

@@ -306,7 +306,10 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
       // Bin rows first (U's columns applied to the cell Jacobians J_p = ∂ν_p/∂x), then cell rows
       // (the effective template rows E_c, weighted by g_p·∂²ν/∂L² + δ_p·(∂ν/∂L)²).
       auto M = hM_.topRows(nrb + ncell);
-      M.setZero();
+      // Zeroed: the bin rows (sums) and the cell rows' POI columns; the cells' template rows are written
+      // whole below (absent cells' rows are zeroed there), so a Hessian does not clear the block twice.
+      M.topRows(nrb).setZero();
+      if (npoi > 0) M.bottomRows(ncell).leftCols(npoi).setZero();
       auto Y = hY_.topRows(nrb + ncell);
       if (npoi > 0) Y.setZero();
       double* g = g_.data();
@@ -333,6 +336,7 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
           }
           if (!symmetric) tpl_.add_half(i, cc, g[p] * c.d_L, diag_acc.data());
         }
+        for (index_t cc = nc; cc < P; ++cc) M.row(nrb + ib * P + cc).setZero();  // absent (sparse) cells
       }
       for (index_t ib = 0; ib < nbk && coupled; ++ib)
         for (index_t c = 0; c < n; ++c) coupled_rows(i0 + ib, c) = M(ib * nbr, c);

@@ -268,9 +268,9 @@ class TrustRegion {
     it.accepted = rho > opts_.eta;
     const bool gauss_newton = s.model == Curvature::gauss_newton;
     // Near the minimum the Hessian's own curvature is what converges quadratically; and after
-    // gauss_newton_iterations the model hands over to ∇²f, whatever the step.
+    // gauss_newton_limit() iterations the model hands over to ∇²f, whatever the step.
     const bool hand_over = gauss_newton && ((it.accepted && !sp.hits_boundary && predicted < opts_.exact_below) ||
-                                            s.iteration + 1 >= opts_.gauss_newton_iterations);
+                                            s.iteration + 1 >= opts_.gauss_newton_limit());
     const bool to_krylov = hand_over && krylov_next(s);
     if (it.accepted) {
       s.x.swap(s.x_trial);

@@ -237,8 +237,9 @@ struct Model {
         continue;
       }
       const double* row = dense()->logk.data() + (b - held.begin) * np * nc;
-      for (index_t k = 0; k < np * nc; ++k)
-        if (row[k] != 0) varied[static_cast<std::size_t>(k % nc % ns)] = 1;
+      for (index_t p = 0; p < np; ++p, row += nc)  // (an asymmetric row's second half is the same systematics')
+        for (index_t k = 0; k < nc; ++k)
+          if (row[k] != 0) varied[static_cast<std::size_t>(k < ns ? k : k - ns)] = 1;
     }
     return varied;
   }
@@ -326,7 +327,13 @@ inline void Model::validate() const {
         check_nominal(b, p, n);
         if (b < held.begin || b >= held.end) continue;
         const double* row = d.logk.data() + ((b - held.begin) * np + p) * nc;
-        for (index_t k = 0; k < nc; ++k) {
+        // The row at once (a pass over the whole tensor), then the entry that fails, if one does.
+        bool bad = false;
+        if (n == 0)
+          for (index_t k = 0; k < nc; ++k) bad |= row[k] != 0;  // (NaN too)
+        else
+          for (index_t k = 0; k < nc; ++k) bad |= !std::isfinite(row[k]);
+        for (index_t k = 0; k < nc && bad; ++k) {
           const auto& syst = systematics[static_cast<std::size_t>(k % ns)].name;
           const char* part = k < ns ? "" : " (asymmetric half-difference)";
           if (!std::isfinite(row[k]))
