@@ -108,7 +108,7 @@ import zipfile
 
 # Pinned binary wheels of the venv this script makes for itself (REQUIREMENTS) and the SHA-256 of every hoppet
 # 2.3.0 wheel on PyPI (PEP 691 JSON of /simple/hoppet/), which pip's hash-checking mode verifies.
-REQUIREMENTS = ["numpy==2.4.6", "pyyaml==6.0.4", "h5py==3.16.0"]
+REQUIREMENTS = ["numpy==2.4.6", "pyyaml==6.0.4", "h5py==3.16.0", "matplotlib==3.11.2"]  # matplotlib: plot.py
 HOPPET_VERSION = "2.3.0"
 HOPPET_SHA256 = [
     "eb9b68cc1d41afe7f01e3d89176bf8256df0f9019a542b5416a83c972a576b08",  # cp39 manylinux2014 x86_64
@@ -129,7 +129,7 @@ HOPPET_SHA256 = [
 def ensure_environment():
     """Re-execute in .venv-nnpdf (made and filled here when needed) unless this Python has every module."""
     try:
-        import numpy, yaml, h5py, hoppet  # noqa: F401
+        import numpy, yaml, h5py, hoppet, matplotlib  # noqa: F401
         return
     except ImportError as e:
         missing = e.name
@@ -138,7 +138,7 @@ def ensure_environment():
     venv = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".venv-nnpdf")
     python = os.path.join(venv, "bin", "python")
     ready = os.path.exists(python) and subprocess.run(
-        [python, "-c", "import numpy, yaml, h5py, hoppet"], capture_output=True).returncode == 0
+        [python, "-c", "import numpy, yaml, h5py, hoppet, matplotlib"], capture_output=True).returncode == 0
     if not ready:
         print(f"prepare.py: {missing} is missing here; setting up {venv}", flush=True)
         if not os.path.exists(python):

@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: MIT
+// The χ² of PDF replicas on real DIS data as a fitlib objective (examples/nnpdf/dis_fit.cpp; the real-data
+// counterpart of pdf_objective.hpp). Each column of a parameter block is one replica's network weights, evaluated
+// with that replica's inputs: its preprocessing, its data rows (training or validation) whitened by the Cholesky
+// factor of their block of the covariance, and its penalty multipliers. f = ½‖ρ‖² with the residuals
+//   ρ = [ L⁻¹(FK·xf − d) ;  √λ_pos·min(0, O_i) ;  λ_int·y_j ]
+// where xf is x·f on the FK tables' 50 grid nodes, O the positivity observables (NNPDF's sets at Q² = 5 GeV², FK
+// tables on the same nodes) and y = (x·T3, x·T8) at x = 1e-9 (the integrability sets: the network itself there,
+// so that x is one more evaluation point). ½χ² plus penalties; n3fit's positivity is a linear ELU, Σ ELU(−λ·O),
+// here a quadratic (the closure's form, which a Gauss–Newton model can carry); its integrability (λ·y)² is ours up
+// to the common ½. The gradient by backpropagation and the Hessian-vector products of the Gauss–Newton matrix JᵀJ
+// (positive semi-definite). Each column is computed as it is alone, so a ReplicaBatch gives every replica its
+// sequential bits.
+#pragma once
+
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fitlib/core/types.hpp>
+
+#include "lo_dis.hpp"
+#include "pdf_model.hpp"
+
+namespace nnpdf {
+
+using fitlib::BlockView;
+using fitlib::ConstBlockView;
+using fitlib::index_t;
+
+/// One replica's data term, whitened once: with L·Lᵀ = C[rows, rows], A = L⁻¹·FK[rows, :] and b = L⁻¹·d[rows], so
+/// that ½χ² = ½‖A·xf − b‖². An evaluation is then one matrix-vector product (plus its transpose for derivatives)
+/// instead of an FK product and a triangular solve of ~1300 rows.
+struct WhitenedData {
+  Eigen::MatrixXd fk;    ///< A: [rows × grid·n_evol]
+  Eigen::VectorXd data;  ///< b: [rows]
+};
+
+/// A = L⁻¹·FK[rows, :] and b = L⁻¹·d[rows] for the covariance C (all points), the FK table (all points) and the
+/// values d (all points). Throws when C[rows, rows] is not positive definite.
+inline std::shared_ptr<const WhitenedData> whiten(const Eigen::MatrixXd& C, const Eigen::MatrixXd& fk, const std::vector<index_t>& rows,
+                                                  std::span<const double> d) {
+  const auto m = static_cast<index_t>(rows.size());
+  Eigen::MatrixXd block(m, m);
+  auto w = std::make_shared<WhitenedData>();
+  w->fk.resize(m, fk.cols());
+  w->data.resize(m);
+  for (index_t a = 0; a < m; ++a) {
+    const index_t i = rows[static_cast<std::size_t>(a)];
+    for (index_t b = 0; b < m; ++b) block(a, b) = C(i, rows[static_cast<std::size_t>(b)]);
+    w->fk.row(a) = fk.row(i);
+    w->data(a) = d[static_cast<std::size_t>(i)];
+  }
+  const Eigen::LLT<Eigen::MatrixXd> llt(block);
+  if (llt.info() != Eigen::Success) throw std::runtime_error("whiten: a block of the covariance is not positive definite");
+  llt.matrixL().solveInPlace(w->fk);
+  llt.matrixL().solveInPlace(w->data);
+  return w;
+}
+
+/// What one replica's objective sees (training inputs, validation inputs and training inputs without penalties are
+/// separate indices; the last two share the whitened data of the first or have their own).
+struct DisReplicaInputs {
+  Preprocessing pre;
+  std::shared_ptr<const WhitenedData> whitened;  ///< null: not set (the inputs are built when the replica starts)
+  double positivity = 0;     ///< λ_pos (0: no positivity term)
+  double integrability = 0;  ///< λ_int (0: no integrability term)
+};
+
+class DisObjective {
+ public:
+  /// `grid`: the FK tables' nodes; `positivity`: [observables × grid.size()·n_evol] on those nodes;
+  /// `integrability`: [observables × n_evol], the observables at the one point `integrability_x`.
+  DisObjective(const std::vector<double>& grid, Eigen::MatrixXd positivity, Eigen::MatrixXd integrability, double integrability_x)
+      : points_(grid, {integrability_x}), positivity_(std::move(positivity)), integrability_(std::move(integrability)) {
+    const auto cols = static_cast<index_t>(grid.size() * n_evol);
+    if (positivity_.cols() != cols || integrability_.cols() != n_evol)
+      throw std::invalid_argument("DisObjective: the positivity table needs grid.size()·8 columns and the integrability table 8");
+  }
+
+  index_t size() const { return static_cast<index_t>(Network::size); }
+  const Points& points() const { return points_; }
+  index_t grid_columns() const { return static_cast<index_t>(points_.grid * n_evol); }
+
+  /// Inputs per replica index; `resize` keeps the ones there.
+  void resize(index_t count) { inputs_.resize(static_cast<std::size_t>(count)); }
+  DisReplicaInputs& inputs(index_t k) { return inputs_.at(static_cast<std::size_t>(k)); }
+  const DisReplicaInputs& inputs(index_t k) const { return inputs_.at(static_cast<std::size_t>(k)); }
+
+  // replica_objective
+  void use_replicas(std::span<const index_t> r) { use_.assign(r.begin(), r.end()); }
+  index_t replica_count() const { return static_cast<index_t>(inputs_.size()); }
+
+  // objective
+  void value(ConstBlockView<double> x, std::span<double> f) {
+    for (index_t j = 0; j < x.cols; ++j) f[static_cast<std::size_t>(j)] = column(weights(x, j), inputs_of(j), {}, {}, {});
+  }
+  void value_grad(ConstBlockView<double> x, std::span<double> f, BlockView<double> g) {
+    for (index_t j = 0; j < x.cols; ++j) f[static_cast<std::size_t>(j)] = column(weights(x, j), inputs_of(j), weights(g, j), {}, {});
+  }
+  /// Gauss–Newton matrix times v: per column, or every v_k at x's one column.
+  void hessp(ConstBlockView<double> x, ConstBlockView<double> v, BlockView<double> hv) {
+    for (index_t k = 0; k < v.cols; ++k) {
+      const index_t j = x.cols == 1 ? 0 : k;
+      column(weights(x, j), inputs_of(j), {}, weights(v, k), weights(hv, k));
+    }
+  }
+
+  /// x·f on the grid nodes (index a·n_evol + k), the positivity observables and the integrability observables of the
+  /// replica with weights w and preprocessing pre: what the predictions (FK·xf), the positivity veto and the
+  /// integrability penalty are made of.
+  Eigen::VectorXd grid_pdf(std::span<const double> w, const Preprocessing& pre) {
+    pdf_.evaluate(w, pre, points_);
+    gather(xf_);
+    return xf_;
+  }
+  Eigen::VectorXd positivity_observables(std::span<const double> w, const Preprocessing& pre) { return positivity_ * grid_pdf(w, pre); }
+  Eigen::VectorXd integrability_observables(std::span<const double> w, const Preprocessing& pre) {
+    pdf_.evaluate(w, pre, points_);
+    Eigen::VectorXd y(integrability_.rows());
+    for (index_t j = 0; j < y.size(); ++j) y(j) = integrability(j);
+    return y;
+  }
+  /// The smallest positivity observable (the veto: ≥ −tolerance).
+  double least_positivity(std::span<const double> w, const Preprocessing& pre) { return positivity_observables(w, pre).minCoeff(); }
+
+ private:
+  static std::span<const double> weights(ConstBlockView<double> x, index_t j) { return {x.col(j), Network::size}; }
+  static std::span<double> weights(BlockView<double> x, index_t j) { return {x.col(j), Network::size}; }
+  /// The replica inputs of column j: use_replicas' choice, else the column's own index.
+  index_t inputs_of(index_t j) const {
+    const index_t k = use_.empty() ? -1 : use_[static_cast<std::size_t>(j)];
+    return k < 0 ? j : k;
+  }
+  /// The integrability point: after the grid nodes and the sum rules' quadrature nodes.
+  std::size_t integrability_point() const { return points_.grid + points_.quad; }
+
+  /// The evaluated replica's x·f on the grid nodes into v (index a·n_evol + k).
+  void gather(Eigen::VectorXd& v) const {
+    v.resize(grid_columns());
+    for (std::size_t a = 0; a < points_.grid; ++a)
+      for (int k = 0; k < n_evol; ++k) v(static_cast<index_t>(a * n_evol + static_cast<std::size_t>(k))) = pdf_.xf(a, k);
+  }
+  /// Integrability observable j of the evaluated replica.
+  double integrability(index_t j) const {
+    double y = 0;
+    for (int k = 0; k < n_evol; ++k) y += integrability_(j, k) * pdf_.xf(integrability_point(), k);
+    return y;
+  }
+
+  /// f at weights w with replica inputs k; with g, its gradient into g; with v, the Gauss–Newton product into hv.
+  double column(std::span<const double> w, index_t k, std::span<double> g, std::span<const double> v, std::span<double> hv) {
+    const DisReplicaInputs& in = inputs(k);
+    if (!in.whitened) throw std::logic_error("DisObjective: the inputs of replica index " + std::to_string(k) + " are not set");
+    const WhitenedData& W = *in.whitened;
+    pdf_.evaluate(w, in.pre, points_);
+    gather(xf_);
+    // Residuals: the whitened data residuals, the active positivity terms, the integrability terms.
+    r_.noalias() = W.fk * xf_;
+    r_ -= W.data;
+    double f = 0.5 * r_.squaredNorm();
+    const double s = std::sqrt(in.positivity), li = in.integrability;
+    if (s > 0) {
+      rp_.noalias() = positivity_ * xf_;
+      rp_ = s * rp_.cwiseMin(0.0);  // √λ·min(0, O): zero where the observable is positive
+      f += 0.5 * rp_.squaredNorm();
+    }
+    ri_.resize(integrability_.rows());
+    for (index_t j = 0; j < ri_.size(); ++j) ri_(j) = li * integrability(j);
+    if (li > 0) f += 0.5 * ri_.squaredNorm();
+    if (g.empty() && v.empty()) return f;
+
+    // The vector the reverse pass takes back: the residuals (gradient Jᵀρ) or J·v (Gauss–Newton JᵀJ·v), with the
+    // positivity rows that are inactive (O ≥ 0, ρ = 0) left out of J.
+    const Eigen::VectorXd* dr = &r_;
+    const Eigen::VectorXd* dp = &rp_;
+    const Eigen::VectorXd* di = &ri_;
+    if (!v.empty()) {
+      pdf_.tangent(v, dxf_rows_);
+      dxf_.resize(grid_columns());
+      for (std::size_t a = 0; a < points_.grid; ++a)
+        for (int c = 0; c < n_evol; ++c) dxf_(static_cast<index_t>(a * n_evol + static_cast<std::size_t>(c))) = dxf_rows_[a][static_cast<std::size_t>(c)];
+      jr_.noalias() = W.fk * dxf_;
+      dr = &jr_;
+      if (s > 0) {
+        jp_.noalias() = positivity_ * dxf_;
+        for (index_t i = 0; i < jp_.size(); ++i) jp_(i) = rp_(i) < 0 ? s * jp_(i) : 0.0;
+        dp = &jp_;
+      }
+      ji_.resize(integrability_.rows());
+      for (index_t j = 0; j < ji_.size(); ++j) {
+        double t = 0;
+        for (int c = 0; c < n_evol; ++c) t += integrability_(j, c) * dxf_rows_[integrability_point()][static_cast<std::size_t>(c)];
+        ji_(j) = li * t;
+      }
+      di = &ji_;
+    }
+    // Back: Aᵀ and the positivity rows onto the grid nodes, the integrability rows onto their point, then the network.
+    bar_grid_.noalias() = W.fk.transpose() * (*dr);
+    if (s > 0) bar_grid_.noalias() += positivity_.transpose() * (s * (*dp));  // ∂ρ_i/∂O_i = √λ where active (dp is 0 elsewhere)
+    bar_.assign(points_.size(), PdfReplica::Row{});
+    for (std::size_t a = 0; a < points_.grid; ++a)
+      for (int c = 0; c < n_evol; ++c) bar_[a][static_cast<std::size_t>(c)] = bar_grid_(static_cast<index_t>(a * n_evol + static_cast<std::size_t>(c)));
+    if (li > 0)
+      for (index_t j = 0; j < di->size(); ++j)
+        for (int c = 0; c < n_evol; ++c) bar_[integrability_point()][static_cast<std::size_t>(c)] += li * (*di)(j) * integrability_(j, c);
+    pdf_.reverse(bar_, v.empty() ? g : hv);
+    return f;
+  }
+
+  Points points_;
+  Eigen::MatrixXd positivity_, integrability_;
+  std::vector<DisReplicaInputs> inputs_;
+  std::vector<index_t> use_;
+  PdfReplica pdf_;
+  // Scratch, reused by every column (its values never carry from one column to the next).
+  Eigen::VectorXd xf_, dxf_, r_, rp_, ri_, jr_, jp_, ji_, bar_grid_;
+  std::vector<PdfReplica::Row> dxf_rows_, bar_;
+};
+
+}  // namespace nnpdf
