@@ -6,9 +6,9 @@
 // data replicas from the t0 covariance and fits each with the Cholesky factor of its training block of it; per replica
 // its own 75/25 split of every dataset, patience stopping on the validation χ² (counted only below n3fit's threshold
 // of 3.5 per point and with positivity passing) with the best state restored, positivity and integrability penalties
-// whose multipliers grow, and NNPDF's postfit selection. Writes the replicas' gluon, singlet, valence and T3 at Q0
-// with their 68 % bands, χ²/n per dataset and the training histories to an HDF5 file (plot.py draws it) and prints
-// χ²/n next to the anchors of nnpdf-example.md §4.
+// whose multipliers grow, and NNPDF's postfit selection (without its 4σ χ² and arc-length vetoes). Writes the
+// replicas' gluon, singlet, valence and T3 at Q0 with their 68 % bands, χ²/n per dataset and the training
+// histories to an HDF5 file (plot.py draws it) and prints χ²/n next to the anchors of nnpdf-example.md §4.
 // Checks, each failing the program (exit 1): the covariance decomposition against validphys' experimental
 // covariance, the FK tables against HOPPET's direct predictions, the objective's derivatives, that the first fit
 // keeps a replica, and that replica 0 fitted alone is bitwise its fit in the batch.
@@ -54,10 +54,10 @@ constexpr double infinity = std::numeric_limits<double>::infinity();
 // n3fit's settings (nnpdf-example.md §3; nnpdf40-like.yml) and the closure's schedule (closure.cpp).
 constexpr double chi2_threshold = 3.5;           ///< threshold_chi2: validation χ²/n below which stopping counts (fact 10)
 constexpr double positivity_tolerance = 1e-6;    ///< positivity passes when every observable is ≥ −this (facts 11, 18)
-constexpr double positivity_initial = 1, positivity_growth = 10;  ///< ×10 every 10 iterations up to --positivity-max (10⁶)
+constexpr double positivity_initial = 184.8;     ///< NNPDF4.0's λ at the start (fact 11)
+constexpr double positivity_growth = 10;         ///< ×10 every 10 iterations up to --positivity-max (the closure's)
 constexpr index_t positivity_every = 10;
 constexpr double integrability_initial = 10, integrability_max = 100;  ///< fact 12
-constexpr double integrability_x = 1e-9;         ///< where the integrability sets are (prepare.py: /integrability/x)
 constexpr double integrability_threshold = 0.5;  ///< postfit's INTEG_THRESHOLD (fact 18)
 constexpr double training_fraction = 0.75;       ///< per dataset, n_tr = int(0.75·n) (fact 8)
 
@@ -75,9 +75,9 @@ struct Settings {
   index_t replicas = 100, width = 16, t0_replicas = 20;
   index_t maxiter = 1000, patience = 100;  // patience: n3fit's 10 % of the iteration budget
   std::uint64_t seed = 1;
-  /// n3fit's λ_max; the quadratic penalty here is weaker than n3fit's linear one near O = 0 (O ≈ −pressure/λ), so a
-  /// larger one may be needed for the −1e-6 veto (README).
-  double positivity_max = 1e6;
+  /// λ_max. The quadratic penalty's pull on an observable at −v is λ·v, n3fit's linear ELU's is λ at any v < 0: n3fit's
+  /// λ_max of 10⁶ (fact 11) pulls as hard at v = 10⁻⁸ as 10¹⁴ does here (README: 10⁶ leaves most replicas below −1e-6).
+  double positivity_max = 1e14;
 };
 
 int failures = 0;
@@ -114,6 +114,8 @@ struct Outcome {
   /// χ²/n of the training and validation data (without penalties) at the start and after every accepted step.
   std::vector<double> training_history, validation_history;
   std::vector<double> positivity_history;  ///< the least positivity observable at the same states
+  std::vector<double> current;             ///< the last of those states: the minimiser's current point
+  fitlib::index_t least_row = -1;          ///< which positivity row is the least, at the last of them
   bool ever_below = false, ever_positive = false, ever_both = false;  // the stopping gate's two parts, and both at once
   double training = not_a_number, validation = not_a_number;  ///< χ²/n at the kept state
   std::string error;
@@ -156,6 +158,7 @@ void prepare_inputs(const DisData& d, DisObjective& f, const Phase& ph, index_t 
   t.whitened = p.whitened = whiten(*ph.C, d.fk.table, tr, data);
   v.whitened = whiten(*ph.C, d.fk.table, vl, data);
   t.positivity = positivity_initial;
+  t.positivity_multipliers = Eigen::VectorXd::Zero(d.positivity.table.rows());
   t.integrability = integrability_of(positivity_initial, ph.positivity_max);
   v.positivity = v.integrability = p.positivity = p.integrability = 0;
 }
@@ -227,11 +230,13 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
         // The validation ½χ² where n3fit's stopping counts it: χ²/n below the threshold and positivity passing; +∞
         // elsewhere (such a state is never kept, and patience starts with the first that passes; fact 10).
         auto loss = [&](const std::vector<double>& x) {
+          out.current = x;
           const double v = chi2(validation, x, out.nvalidation), t = chi2(plain, x, out.ntraining);
           out.validation_history.push_back(v);
           out.training_history.push_back(t);
           // The shared objective directly (not a pooled evaluation): between the pool's evaluations it is idle.
-          const double least = f.least_positivity(x, out.pre);
+          const Eigen::VectorXd o = f.positivity_observables(x, out.pre);
+          const double least = o.minCoeff(&out.least_row);
           out.positivity_history.push_back(least);
           const bool below = v < chi2_threshold, positive = least >= -positivity_tolerance;
           out.ever_below = out.ever_below || below;
@@ -239,7 +244,9 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
           out.ever_both = out.ever_both || (below && positive);
           return below && positive ? 0.5 * v * static_cast<double>(out.nvalidation) : infinity;
         };
-        const auto set_multiplier = [&f, r, lambda_max = s.positivity_max](double lambda) {
+        // A new λ, and before it the multipliers' update at the current point (the minimiser restarts there).
+        const auto set_multiplier = [&f, &out, r, lambda_max = s.positivity_max](double lambda) {
+          f.update_positivity_multipliers(r, out.current);
           DisReplicaInputs& t = f.inputs(r);
           t.positivity = lambda;
           t.integrability = integrability_of(lambda, lambda_max);
@@ -289,7 +296,7 @@ std::vector<double> mean_prediction(const std::vector<Outcome>& outcomes, const 
 }
 
 /// Prints how a phase's replicas ended.
-void summarise(const char* name, const std::vector<Outcome>& outcomes, double seconds) {
+void summarise(const DisData& d, const char* name, const std::vector<Outcome>& outcomes, double seconds) {
   std::vector<std::pair<std::string, index_t>> counts;
   double iterations = 0;
   for (const Outcome& o : outcomes) {
@@ -302,14 +309,14 @@ void summarise(const char* name, const std::vector<Outcome>& outcomes, double se
               static_cast<double>(outcomes.size()) / (seconds / 3600), iterations / static_cast<double>(outcomes.size()));
   for (const auto& [verdict, count] : counts) std::printf(" %s %td;", verdict.c_str(), count);
   std::printf("\n");
-  // How far the quadratic penalty leaves the positivity observables below 0 (the veto and the gate want ≥ −1e-6).
+  // How far the positivity observables end below 0 (the veto and the gate want ≥ −1e-6).
   std::vector<double> least;
   for (const Outcome& o : outcomes)
     if (std::isfinite(o.least_positivity)) least.push_back(o.least_positivity);
   if (!least.empty()) {
     std::sort(least.begin(), least.end());
-    std::printf("  least positivity observable at the kept states: min %.3g, median %.3g, max %.3g\n", least.front(), least[least.size() / 2],
-                least.back());
+    std::printf("  least positivity observable at the kept states (the start where no state passed the gate): min %.3g, median %.3g, max %.3g\n",
+                least.front(), least[least.size() / 2], least.back());
   }
   for (std::size_t r = 0; r < outcomes.size(); ++r)
     if (!outcomes[r].error.empty()) std::printf("  replica %zu failed: %s\n", r, outcomes[r].error.c_str());
@@ -322,6 +329,11 @@ void summarise(const char* name, const std::vector<Outcome>& outcomes, double se
     for (std::size_t k = 0; k < 6; ++k) {
       const std::size_t i = k * (n - 1) / 5;
       std::printf(" [%zu] %.3g/%.3g, %.2g", i, o.training_history[i], o.validation_history[i], o.positivity_history[i]);
+    }
+    if (o.least_row >= 0) {  // which set, at which x, is the least at the last state
+      std::size_t set = 0;
+      while (set + 1 < d.positivity_names.size() && d.positivity_offset[set + 1] <= o.least_row) ++set;
+      std::printf("; least: %s at x = %.3g", d.positivity_names[set].c_str(), d.positivity_x[static_cast<std::size_t>(o.least_row)]);
     }
     std::printf("\n");
   }
@@ -408,13 +420,14 @@ int main(int argc, char** argv) {
                    "usage: nnpdf_dis_fit [--data FILE] [--replicas R] [--width W] [--t0-replicas R0] [--seed S] [--out FILE]\n"
                    "                     [--maxiter N] [--patience N] [--positivity-max L]\n"
                    "defaults: --data %s --replicas 100 --width 16 --t0-replicas 20 (0: t0 = the data) --seed 1\n"
-                   "          --out %s --maxiter 1000 --patience 100 --positivity-max 1e6\n",
+                   "          --out %s --maxiter 1000 --patience 100 --positivity-max 1e14\n",
                    Settings{}.data.c_str(), Settings{}.out.c_str());
       return 2;
     }
   }
   if (s.replicas < 1 || s.width < 1 || s.t0_replicas < 0 || s.maxiter < 1 || s.patience < 1 || !(s.positivity_max >= positivity_initial)) {
-    std::fprintf(stderr, "nnpdf_dis_fit: --replicas, --width, --maxiter, --patience and --positivity-max must be >= 1, --t0-replicas >= 0\n");
+    std::fprintf(stderr, "nnpdf_dis_fit: --replicas, --width, --maxiter and --patience must be >= 1, --t0-replicas >= 0, --positivity-max >= %g\n",
+                 positivity_initial);
     return 2;
   }
   // The output is written after hours of fitting: its directory must exist now.
@@ -444,7 +457,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  DisObjective f(d.fk.grid_x, d.positivity.table, d.integrability.table, integrability_x);
+  DisObjective f(d.fk.grid_x, d.positivity.table, d.integrability.table, d.integrability.grid_x[0]);  // (x = 1e-9)
   const Eigen::MatrixXd C_exp = d.covariance(d.central);
   const std::span<const double> C_exp_span(C_exp.data(), static_cast<std::size_t>(C_exp.size()));
   const fitlib::CovarianceReplicas mc_exp(d.central, C_exp_span);
@@ -458,6 +471,9 @@ int main(int argc, char** argv) {
     Outcome scratch;
     prepare_inputs(d, f, first, 0, scratch);
     f.inputs(0).positivity = 1e3;
+    // Multipliers on a third of the observables, so that the shifted constraints are checked too.
+    Eigen::VectorXd& mu = f.inputs(0).positivity_multipliers;
+    for (index_t i = 0; i < mu.size(); i += 3) mu(i) = 0.1 * static_cast<double>(i % 7);
     f.inputs(0).integrability = integrability_max;
     const std::vector<double> w0 = Network::initial(first.seeds.network, 0);
     check(f.least_positivity(w0, scratch.pre) < 0, "positivity penalty active at the derivative checks' point (least observable)",
@@ -501,12 +517,11 @@ int main(int argc, char** argv) {
     const auto t = std::chrono::steady_clock::now();
     t0_outcomes = fit_phase(d, f, first, s, s.width, {});
     t0_seconds = since(t);
-    summarise("t0 fit (experimental covariance)", t0_outcomes, t0_seconds);
+    summarise(d, "t0 fit (experimental covariance)", t0_outcomes, t0_seconds);
     t0_kept = kept(t0_outcomes);
     check(!t0_kept.empty(), "replicas the t0 fit keeps", static_cast<double>(t0_kept.size()));
     if (t0_kept.empty()) {
-      std::printf("FAILED: no t0 (the verdicts above say why; where positivity is the cause, a larger --positivity-max, e.g. 1e10, "
-                  "strengthens the quadratic penalty; --t0-replicas 0 takes t0 = the data)\n");
+      std::printf("FAILED: no t0 (the verdicts above say why; --t0-replicas 0 takes t0 = the data)\n");
       return 1;
     }
     t0 = mean_prediction(t0_outcomes, t0_kept, N);
@@ -520,7 +535,7 @@ int main(int argc, char** argv) {
   const auto t_fit = std::chrono::steady_clock::now();
   const std::vector<Outcome> outcomes = fit_phase(d, f, main_fit, s, s.width, {}, &stats);
   const double fit_seconds = since(t_fit);
-  summarise("main fit (t0 covariance)", outcomes, fit_seconds);
+  summarise(d, "main fit (t0 covariance)", outcomes, fit_seconds);
   std::printf("  batch: width %td, %td pooled evaluations of %.1f columns on average, %.0f %% full\n", stats.width, stats.evaluations,
               static_cast<double>(stats.columns) / static_cast<double>(std::max<index_t>(stats.evaluations, 1)), 100 * stats.active_fraction);
   const std::vector<index_t> good = kept(outcomes);
@@ -613,7 +628,7 @@ int main(int argc, char** argv) {
     h5::write_attribute(settings, "positivity_every", positivity_every);
     h5::write_attribute(settings, "positivity_max", s.positivity_max);
     h5::write_attribute(settings, "positivity_tolerance", positivity_tolerance);
-    h5::write_attribute(settings, "positivity_penalty", "quadratic: 1/2 lambda min(0, O)^2 (n3fit: linear ELU)");
+    h5::write_attribute(settings, "positivity_penalty", "augmented Lagrangian: 1/2 lambda min(0, O - mu/lambda)^2, mu <- max(0, mu - lambda O) at each growth (n3fit: linear ELU)");
     h5::write_attribute(settings, "integrability_initial", integrability_initial);
     h5::write_attribute(settings, "integrability_max", integrability_max);
     h5::write_attribute(settings, "integrability_penalty", "1/2 (lambda_int y)^2, y = x T3, x T8 at x = 1e-9; lambda_int = 10 lambda_pos^(1/6)");

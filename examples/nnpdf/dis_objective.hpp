@@ -5,9 +5,12 @@
 // factor of their block of the covariance, and its penalty multipliers. f = ½‖ρ‖² with the residuals
 //   ρ = [ L⁻¹(FK·xf − d) ;  √λ_pos·min(0, O_i) ;  λ_int·y_j ]
 // where xf is x·f on the FK tables' 50 grid nodes, O the positivity observables (NNPDF's sets at Q² = 5 GeV², FK
-// tables on the same nodes) and y = (x·T3, x·T8) at x = 1e-9 (the integrability sets: the network itself there,
-// so that x is one more evaluation point). ½χ² plus penalties; n3fit's positivity is a linear ELU, Σ ELU(−λ·O),
-// here a quadratic (the closure's form, which a Gauss–Newton model can carry); its integrability (λ·y)² is ours up
+// tables on the same nodes) with the multiplier estimates μ ≥ 0 of the constraints O ≥ 0, and y = (x·T3, x·T8) at
+// x = 1e-9 (the integrability sets: the network itself there, so that x is one more evaluation point). ½χ² plus
+// penalties. The positivity term is the augmented Lagrangian of O ≥ 0 (Nocedal & Wright §17.4, up to a constant in
+// x): a quadratic penalty, which a Gauss–Newton model carries, whose shift μ/λ is updated between minimiser runs by
+// μ ← max(0, μ − λ·O), so that the observables reach O ≥ 0 at a finite λ as n3fit's linear ELU Σ ELU(−λ·O) does
+// (a quadratic penalty alone leaves O ≈ −pressure/λ: −5e-4 at λ = 10⁶ here). Its integrability (λ·y)² is ours up
 // to the common ½. The gradient by backpropagation and the Hessian-vector products of the Gauss–Newton matrix JᵀJ
 // (positive semi-definite). Each column is computed as it is alone, so a ReplicaBatch gives every replica its
 // sequential bits.
@@ -71,6 +74,7 @@ struct DisReplicaInputs {
   Preprocessing pre;
   std::shared_ptr<const WhitenedData> whitened;  ///< null: not set (the inputs are built when the replica starts)
   double positivity = 0;     ///< λ_pos (0: no positivity term)
+  Eigen::VectorXd positivity_multipliers;  ///< μ, one per positivity observable (empty: all 0)
   double integrability = 0;  ///< λ_int (0: no integrability term)
 };
 
@@ -130,6 +134,14 @@ class DisObjective {
   }
   /// The smallest positivity observable (the veto: ≥ −tolerance).
   double least_positivity(std::span<const double> w, const Preprocessing& pre) { return positivity_observables(w, pre).minCoeff(); }
+  /// The augmented Lagrangian's update of replica input k's multiplier estimates at weights w, before its λ changes:
+  /// μ ← max(0, μ − λ·O(w)). The objective changes with them: the minimiser restarts after it.
+  void update_positivity_multipliers(index_t k, std::span<const double> w) {
+    DisReplicaInputs& in = inputs(k);
+    const Eigen::VectorXd o = positivity_observables(w, in.pre);
+    if (in.positivity_multipliers.size() == 0) in.positivity_multipliers = Eigen::VectorXd::Zero(o.size());
+    in.positivity_multipliers = (in.positivity_multipliers - in.positivity * o).cwiseMax(0.0);
+  }
 
  private:
   static std::span<const double> weights(ConstBlockView<double> x, index_t j) { return {x.col(j), Network::size}; }
@@ -169,7 +181,8 @@ class DisObjective {
     const double s = std::sqrt(in.positivity), li = in.integrability;
     if (s > 0) {
       rp_.noalias() = positivity_ * xf_;
-      rp_ = s * rp_.cwiseMin(0.0);  // √λ·min(0, O): zero where the observable is positive
+      if (in.positivity_multipliers.size() == rp_.size()) rp_ -= in.positivity_multipliers / in.positivity;
+      rp_ = s * rp_.cwiseMin(0.0);  // √λ·min(0, O − μ/λ): zero where the constraint is inactive
       f += 0.5 * rp_.squaredNorm();
     }
     ri_.resize(integrability_.rows());
@@ -178,7 +191,7 @@ class DisObjective {
     if (g.empty() && v.empty()) return f;
 
     // The vector the reverse pass takes back: the residuals (gradient Jᵀρ) or J·v (Gauss–Newton JᵀJ·v), with the
-    // positivity rows that are inactive (O ≥ 0, ρ = 0) left out of J.
+    // positivity rows that are inactive (O ≥ μ/λ, ρ = 0) left out of J.
     const Eigen::VectorXd* dr = &r_;
     const Eigen::VectorXd* dp = &rp_;
     const Eigen::VectorXd* di = &ri_;

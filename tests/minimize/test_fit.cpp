@@ -485,6 +485,8 @@ TEST_CASE("fit: where the data term has no curvature the Gauss–Newton model ha
   // trust-krylov's ends: the yields driven towards zero, where the NLL is flat to its rounding (and where
   // ∇²f's model, trust-exact's too, stops predicting a decrease at an EDM of a few 1e-12).
   CHECK(r.counts.gauss_newton <= o.gauss_newton_limit());
+  // The model never hands over by itself here, so the limit in effect shows: the Krylov end game's 30, not 10.
+  if (end_game == EndGame::krylov) CHECK(r.counts.gauss_newton > 10);
   CHECK(r.status != FitStatus::max_iterations);
   CHECK(r.nll == Approx(krylov.nll).epsilon(1e-12));
   CHECK(r.edm < 1e-10);
