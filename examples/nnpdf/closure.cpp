@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "derivative_checks.hpp"
 #include "lo_dis.hpp"
 #include "pdf_model.hpp"
 #include "pdf_objective.hpp"
@@ -215,33 +216,9 @@ int main(int argc, char** argv) {
     check(f.least_positivity(0, Network::initial(network_seed, 0)) < 0, "positivity penalty active at the derivative checks' point (least observable)",
           f.least_positivity(0, Network::initial(network_seed, 0)));
     const std::vector<double> w0 = Network::initial(network_seed, 0);
-    const index_t n = f.size();
-    std::vector<double> g(Network::size), fv(1);
-    f.value_grad(ConstBlockView<double>(w0.data(), n, 1), fv, BlockView<double>(g.data(), n, 1));
-    double worst = 0, asym = 0, neg = 0;
-    for (std::uint64_t d = 0; d < 3; ++d) {
-      std::vector<double> u(Network::size), v(Network::size), wp(w0), wm(w0), Hu(Network::size), Hv(Network::size);
-      for (std::size_t i = 0; i < u.size(); ++i) {
-        u[i] = fitlib::RandomStream(99, d, fitlib::Stream::user, i).normal();
-        v[i] = fitlib::RandomStream(98, d, fitlib::Stream::user, i).normal();
-      }
-      const double eps = 1e-6;
-      for (std::size_t i = 0; i < u.size(); ++i) wp[i] += eps * u[i], wm[i] -= eps * u[i];
-      double fp, fm;
-      f.value(ConstBlockView<double>(wp.data(), n, 1), std::span(&fp, 1));
-      f.value(ConstBlockView<double>(wm.data(), n, 1), std::span(&fm, 1));
-      double gu = 0;
-      for (std::size_t i = 0; i < u.size(); ++i) gu += g[i] * u[i];
-      worst = std::max(worst, std::abs((fp - fm) / (2 * eps) - gu) / std::abs(gu));
-      f.hessp(ConstBlockView<double>(w0.data(), n, 1), ConstBlockView<double>(u.data(), n, 1), BlockView<double>(Hu.data(), n, 1));
-      f.hessp(ConstBlockView<double>(w0.data(), n, 1), ConstBlockView<double>(v.data(), n, 1), BlockView<double>(Hv.data(), n, 1));
-      double vHu = 0, uHv = 0, uHu = 0;
-      for (std::size_t i = 0; i < u.size(); ++i) vHu += v[i] * Hu[i], uHv += u[i] * Hv[i], uHu += u[i] * Hu[i];
-      asym = std::max(asym, std::abs(vHu - uHv) / std::max(std::abs(vHu), 1e-300));
-      neg = std::min(neg, uHu);
-    }
-    check(worst < 1e-5, "gradient against central differences (max relative)", worst);
-    check(asym < 1e-10 && neg >= 0, "Gauss-Newton products symmetric (max relative vHu - uHv)", asym);
+    const DerivativeCheck c = check_derivatives(f, w0);
+    check(c.gradient < 1e-5, "gradient against central differences (max relative)", c.gradient);
+    check(c.asymmetry < 1e-10 && c.least_curvature >= 0, "Gauss-Newton products symmetric (max relative vHu - uHv) and u.Hu >= 0", c.asymmetry);
     f.set_positivity(0, 0);
   }
 

@@ -6,12 +6,12 @@
 // data replicas from the t0 covariance and fits each with the Cholesky factor of its training block of it; per replica
 // its own 75/25 split of every dataset, patience stopping on the validation χ² (counted only below n3fit's threshold
 // of 3.5 per point and with positivity passing) with the best state restored, positivity and integrability penalties
-// whose multipliers grow, and NNPDF's postfit selection (without its 4σ χ² and arc-length vetoes). Writes the
+// whose multipliers grow, and NNPDF's postfit selection (with its 4σ χ² and arc-length vetoes). Writes the
 // replicas' gluon, singlet, valence and T3 at Q0 with their 68 % bands, χ²/n per dataset and the training
 // histories to an HDF5 file (plot.py draws it) and prints χ²/n next to the anchors of nnpdf-example.md §4.
 // Checks, each failing the program (exit 1): the covariance decomposition against validphys' experimental
 // covariance, the FK tables against HOPPET's direct predictions, the objective's derivatives, that the first fit
-// keeps a replica, and that replica 0 fitted alone is bitwise its fit in the batch.
+// keeps a replica, and that the first 8 replicas fitted one at a time are bitwise their fits in the batch.
 //   nnpdf_dis_fit [--data FILE] [--replicas R] [--width W] [--t0-replicas R0] [--seed S] [--out FILE]
 //                 [--maxiter N] [--patience N] [--positivity-max L]
 #include <fitlib/io/hdf5.hpp>
@@ -23,6 +23,7 @@
 
 #include <Eigen/Cholesky>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -38,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "derivative_checks.hpp"
 #include "dis_data.hpp"
 #include "dis_objective.hpp"
 #include "pdf_model.hpp"
@@ -59,6 +61,7 @@ constexpr double positivity_growth = 10;         ///< ×10 every 10 iterations u
 constexpr index_t positivity_every = 10;
 constexpr double integrability_initial = 10, integrability_max = 100;  ///< fact 12
 constexpr double integrability_threshold = 0.5;  ///< postfit's INTEG_THRESHOLD (fact 18)
+constexpr double veto_sigmas = 4;                ///< postfit's NSIGMA_DISCARD_CHI2 and _ARCLENGTH (fact 18)
 constexpr double training_fraction = 0.75;       ///< per dataset, n_tr = int(0.75·n) (fact 8)
 
 /// The integrability multiplier for a positivity multiplier λ that grows to λ_max: both grow geometrically and
@@ -122,6 +125,8 @@ struct Outcome {
   // After the batch, at the kept state:
   std::vector<double> prediction;  ///< FK·xf at every data point
   double least_positivity = not_a_number, integrability = not_a_number;
+  double chi2 = not_a_number;  ///< χ²/n of the prediction to the data with the phase's covariance (n3fit's "experimental")
+  std::array<double, 5> arc_lengths{};  ///< of x·f for Σ, g, V, V3, V8 (arc_lengths())
   std::string verdict;
 };
 
@@ -183,6 +188,39 @@ double integrability_number(std::span<const double> w, const Preprocessing& pre)
   return worst;
 }
 
+/// validphys' arc lengths of Σ, g, V, V3 and V8 at Q0 (n3fit-parallel-replicas.md §4.4): the sum over [10⁻⁶, 10⁻⁴],
+/// [10⁻⁴, 10⁻²] and [10⁻², 1] of ∫√(1 + y′²) dx with y = x·(x·f) on 200 intervals each, y′ by forward differences,
+/// integrated over the 200 difference points by Simpson's rule (the last interval by the trapezoid).
+std::array<double, 5> arc_lengths(std::span<const double> w, const Preprocessing& pre) {
+  static constexpr int intervals = 200;
+  static constexpr std::array<double, 4> edges{1e-6, 1e-4, 1e-2, 1};
+  static const Points q = [] {
+    std::vector<double> x;
+    for (std::size_t k = 0; k + 1 < edges.size(); ++k)
+      for (int i = 0; i <= intervals; ++i) x.push_back(edges[k] + (edges[k + 1] - edges[k]) * i / intervals);
+    return Points(x, {});
+  }();
+  PdfReplica p;
+  p.evaluate(w, pre, q);
+  std::array<double, 5> lengths{};
+  const std::array<int, 5> flavours{Sigma, Gluon, V, V3, V8};
+  for (std::size_t f = 0; f < flavours.size(); ++f)
+    for (std::size_t k = 0; k + 1 < edges.size(); ++k) {
+      const double h = (edges[k + 1] - edges[k]) / intervals;
+      const std::size_t first = k * (intervals + 1);
+      const auto y = [&](std::size_t i) { return q.x[first + i] * p.xf(first + i, flavours[f]); };
+      std::array<double, intervals> s{};
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        const double slope = (y(i + 1) - y(i)) / h;
+        s[i] = std::sqrt(1 + slope * slope);
+      }
+      double integral = 0.5 * h * (s[intervals - 2] + s[intervals - 1]);
+      for (std::size_t i = 0; i + 2 < s.size(); i += 2) integral += h / 3 * (s[i] + 4 * s[i + 1] + s[i + 2]);
+      lengths[f] += integral;
+    }
+  return lengths;
+}
+
 /// Why a replica is dropped by postfit (n3fit fact 18), or "kept".
 std::string verdict(const Outcome& o) {
   if (!o.error.empty()) return "failed";
@@ -192,6 +230,32 @@ std::string verdict(const Outcome& o) {
   if (o.least_positivity < -positivity_tolerance) return "positivity veto";
   if (o.integrability > integrability_threshold) return "integrability veto";
   return "kept";
+}
+
+/// NNPDF's postfit distribution vetoes (n3fit-parallel-replicas.md §4.4): of the replicas kept so far, those whose χ²
+/// or one of whose arc lengths lies more than 4σ above the kept replicas' mean (σ: their standard deviation) are
+/// dropped, all six tests on the same kept set, repeated until none is dropped.
+void distribution_vetoes(std::vector<Outcome>& outcomes) {
+  for (;;) {
+    std::vector<std::size_t> passing;
+    for (std::size_t r = 0; r < outcomes.size(); ++r)
+      if (outcomes[r].verdict == "kept") passing.push_back(r);
+    if (passing.size() < 2) return;
+    std::vector<std::pair<std::size_t, const char*>> dropped;
+    for (std::size_t q = 0; q < 6; ++q) {  // the χ², then the five arc lengths
+      const auto value = [&](std::size_t r) { return q == 0 ? outcomes[r].chi2 : outcomes[r].arc_lengths[q - 1]; };
+      double mean = 0, square = 0;
+      for (std::size_t r : passing) mean += value(r);
+      mean /= static_cast<double>(passing.size());
+      for (std::size_t r : passing) square += (value(r) - mean) * (value(r) - mean);
+      const double limit = mean + veto_sigmas * std::sqrt(square / static_cast<double>(passing.size()));
+      for (std::size_t r : passing)
+        if (value(r) > limit) dropped.emplace_back(r, q == 0 ? "chi2 4-sigma veto" : "arc-length 4-sigma veto");
+    }
+    if (dropped.empty()) return;
+    for (const auto& [r, why] : dropped)
+      if (outcomes[r].verdict == "kept") outcomes[r].verdict = why;
+  }
 }
 
 /// Fits the replicas `which` (empty: all) of a phase as one batch of `width`, and evaluates their kept states.
@@ -261,6 +325,8 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
   if (statistics) *statistics = st;
 
   // Postfit, at the kept states (outside the batch: the shared objective directly).
+  const Eigen::LLT<Eigen::MatrixXd> covariance(*ph.C);
+  const Eigen::Map<const Eigen::VectorXd> central(d.central.data(), static_cast<index_t>(d.central.size()));
   for (index_t r = 0; r < R; ++r) {
     if (!which.empty() && std::find(which.begin(), which.end(), r) == which.end()) continue;
     Outcome& o = outcomes[static_cast<std::size_t>(r)];
@@ -270,11 +336,15 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
       o.prediction.assign(t.data(), t.data() + t.size());
       o.least_positivity = f.least_positivity(o.fit.x, o.pre);
       o.integrability = integrability_number(o.fit.x, o.pre);
+      const Eigen::VectorXd e = t - central;
+      o.chi2 = e.dot(covariance.solve(e)) / static_cast<double>(e.size());
+      o.arc_lengths = arc_lengths(o.fit.x, o.pre);
     } else {
       release_inputs(f, ph, r);
     }
     o.verdict = verdict(o);
   }
+  if (which.empty()) distribution_vetoes(outcomes);
   return outcomes;
 }
 
@@ -478,33 +548,9 @@ int main(int argc, char** argv) {
     const std::vector<double> w0 = Network::initial(first.seeds.network, 0);
     check(f.least_positivity(w0, scratch.pre) < 0, "positivity penalty active at the derivative checks' point (least observable)",
           f.least_positivity(w0, scratch.pre));
-    const index_t n = f.size();
-    std::vector<double> g(Network::size), fv(1);
-    f.value_grad(ConstBlockView<double>(w0.data(), n, 1), fv, BlockView<double>(g.data(), n, 1));
-    double worst = 0, asym = 0, neg = 0;
-    for (std::uint64_t k = 0; k < 3; ++k) {
-      std::vector<double> u(Network::size), v(Network::size), wp(w0), wm(w0), Hu(Network::size), Hv(Network::size);
-      for (std::size_t i = 0; i < u.size(); ++i) {
-        u[i] = fitlib::RandomStream(99, k, fitlib::Stream::user, i).normal();
-        v[i] = fitlib::RandomStream(98, k, fitlib::Stream::user, i).normal();
-      }
-      const double eps = 1e-6;
-      for (std::size_t i = 0; i < u.size(); ++i) wp[i] += eps * u[i], wm[i] -= eps * u[i];
-      double fp, fm;
-      f.value(ConstBlockView<double>(wp.data(), n, 1), std::span(&fp, 1));
-      f.value(ConstBlockView<double>(wm.data(), n, 1), std::span(&fm, 1));
-      double gu = 0;
-      for (std::size_t i = 0; i < u.size(); ++i) gu += g[i] * u[i];
-      worst = std::max(worst, std::abs((fp - fm) / (2 * eps) - gu) / std::abs(gu));
-      f.hessp(ConstBlockView<double>(w0.data(), n, 1), ConstBlockView<double>(u.data(), n, 1), BlockView<double>(Hu.data(), n, 1));
-      f.hessp(ConstBlockView<double>(w0.data(), n, 1), ConstBlockView<double>(v.data(), n, 1), BlockView<double>(Hv.data(), n, 1));
-      double vHu = 0, uHv = 0, uHu = 0;
-      for (std::size_t i = 0; i < u.size(); ++i) vHu += v[i] * Hu[i], uHv += u[i] * Hv[i], uHu += u[i] * Hu[i];
-      asym = std::max(asym, std::abs(vHu - uHv) / std::max(std::abs(vHu), 1e-300));
-      neg = std::min(neg, uHu);
-    }
-    check(worst < 1e-5, "gradient against central differences, penalties on (max relative)", worst);
-    check(asym < 1e-10 && neg >= 0, "Gauss-Newton products symmetric (max relative vHu - uHv) and u.Hu >= 0", asym);
+    const DerivativeCheck c = check_derivatives(f, w0);
+    check(c.gradient < 1e-5, "gradient against central differences, penalties on (max relative)", c.gradient);
+    check(c.asymmetry < 1e-10 && c.least_curvature >= 0, "Gauss-Newton products symmetric (max relative vHu - uHv) and u.Hu >= 0", c.asymmetry);
     release_inputs(f, first, 0);
   }
 
@@ -583,16 +629,8 @@ int main(int argc, char** argv) {
   std::printf("  (the PoC's covariance is not recorded; NNPDF4.0's t0 is its own prediction, ours is the first fit's)\n");
 
   // Per replica, the χ²/n of its prediction against the data with the t0 covariance (n3fit's "experimental" χ²).
-  std::vector<double> replica_chi2(outcomes.size(), not_a_number);
-  {
-    const Eigen::LLT<Eigen::MatrixXd> llt(C_t0);
-    const Eigen::Map<const Eigen::VectorXd> data(d.central.data(), N);
-    for (std::size_t r = 0; r < outcomes.size(); ++r)
-      if (!outcomes[r].prediction.empty()) {
-        const Eigen::VectorXd e = Eigen::Map<const Eigen::VectorXd>(outcomes[r].prediction.data(), N) - data;
-        replica_chi2[r] = e.dot(llt.solve(e)) / static_cast<double>(N);
-      }
-  }
+  std::vector<double> replica_chi2;
+  for (const Outcome& o : outcomes) replica_chi2.push_back(o.chi2);
 
   // The PDFs at Q0 on a log grid from 10⁻⁵ to 0.9: per kept replica, the mean and the 68 % band (16th and 84th
   // percentiles over the kept replicas).
@@ -734,15 +772,29 @@ int main(int argc, char** argv) {
     ++failures;
   }
 
-  // Replica 0 fitted alone, in a batch of width 1 (after the output is safe: it costs one replica's fit): bitwise
-  // its fit in the batch.
+  // The first replicas fitted one at a time, in a batch of width 1 (after the output is safe): each is bitwise its
+  // fit in the batch, and their time per trust-region iteration against the batch's, measured in the same run.
   {
-    const std::vector<Outcome> alone = fit_phase(d, f, main_fit, s, 1, {0});
-    const auto& a = outcomes[0].fit;
-    const auto& b = alone[0].fit;
-    const bool same = a.x.size() == b.x.size() && std::memcmp(a.x.data(), b.x.data(), a.x.size() * sizeof(double)) == 0 &&
-                      a.iterations == b.iterations && a.best_iteration == b.best_iteration;
-    check(same, "replica 0 alone is bitwise its fit in the batch (1 = yes)", same ? 1 : 0);
+    const index_t k = std::min<index_t>(s.replicas, 8);
+    std::vector<index_t> first_k(static_cast<std::size_t>(k));
+    for (index_t r = 0; r < k; ++r) first_k[static_cast<std::size_t>(r)] = r;
+    const auto t = std::chrono::steady_clock::now();
+    const std::vector<Outcome> alone = fit_phase(d, f, main_fit, s, 1, first_k);
+    const double sequential_seconds = since(t);
+    bool same = true;
+    double sequential_iterations = 0, batch_iterations = 0;
+    for (index_t r : first_k) {
+      const auto& a = outcomes[static_cast<std::size_t>(r)].fit;
+      const auto& b = alone[static_cast<std::size_t>(r)].fit;
+      same = same && a.x.size() == b.x.size() && std::memcmp(a.x.data(), b.x.data(), a.x.size() * sizeof(double)) == 0 &&
+             a.iterations == b.iterations && a.best_iteration == b.best_iteration;
+      sequential_iterations += static_cast<double>(b.iterations);
+    }
+    for (const Outcome& o : outcomes) batch_iterations += static_cast<double>(o.fit.iterations);
+    check(same, "the first replicas fitted one at a time: bitwise their batch fits (1 = yes)", same ? 1 : 0);
+    std::printf("  one at a time: %td replicas in %.1f s (%.0f replicas per hour), %.2f ms per iteration; batched: %.2f ms per iteration\n", k,
+                sequential_seconds, static_cast<double>(k) / (sequential_seconds / 3600), 1e3 * sequential_seconds / sequential_iterations,
+                1e3 * fit_seconds / batch_iterations);
   }
 
   const double total_seconds = since(t_start);

@@ -29,6 +29,7 @@
 
 #include <fitlib/core/types.hpp>
 
+#include "column_objective.hpp"
 #include "lo_dis.hpp"
 #include "pdf_model.hpp"
 
@@ -78,7 +79,7 @@ struct DisReplicaInputs {
   double integrability = 0;  ///< λ_int (0: no integrability term)
 };
 
-class DisObjective {
+class DisObjective : public ColumnObjective<DisObjective> {
  public:
   /// `grid`: the FK tables' nodes; `positivity`: [observables × grid.size()·n_evol] on those nodes;
   /// `integrability`: [observables × n_evol], the observables at the one point `integrability_x`.
@@ -89,7 +90,6 @@ class DisObjective {
       throw std::invalid_argument("DisObjective: the positivity table needs grid.size()·8 columns and the integrability table 8");
   }
 
-  index_t size() const { return static_cast<index_t>(Network::size); }
   const Points& points() const { return points_; }
   index_t grid_columns() const { return static_cast<index_t>(points_.grid * n_evol); }
 
@@ -99,23 +99,7 @@ class DisObjective {
   const DisReplicaInputs& inputs(index_t k) const { return inputs_.at(static_cast<std::size_t>(k)); }
 
   // replica_objective
-  void use_replicas(std::span<const index_t> r) { use_.assign(r.begin(), r.end()); }
   index_t replica_count() const { return static_cast<index_t>(inputs_.size()); }
-
-  // objective
-  void value(ConstBlockView<double> x, std::span<double> f) {
-    for (index_t j = 0; j < x.cols; ++j) f[static_cast<std::size_t>(j)] = column(weights(x, j), inputs_of(j), {}, {}, {});
-  }
-  void value_grad(ConstBlockView<double> x, std::span<double> f, BlockView<double> g) {
-    for (index_t j = 0; j < x.cols; ++j) f[static_cast<std::size_t>(j)] = column(weights(x, j), inputs_of(j), weights(g, j), {}, {});
-  }
-  /// Gauss–Newton matrix times v: per column, or every v_k at x's one column.
-  void hessp(ConstBlockView<double> x, ConstBlockView<double> v, BlockView<double> hv) {
-    for (index_t k = 0; k < v.cols; ++k) {
-      const index_t j = x.cols == 1 ? 0 : k;
-      column(weights(x, j), inputs_of(j), {}, weights(v, k), weights(hv, k));
-    }
-  }
 
   /// x·f on the grid nodes (index a·n_evol + k), the positivity observables and the integrability observables of the
   /// replica with weights w and preprocessing pre: what the predictions (FK·xf), the positivity veto and the
@@ -144,13 +128,7 @@ class DisObjective {
   }
 
  private:
-  static std::span<const double> weights(ConstBlockView<double> x, index_t j) { return {x.col(j), Network::size}; }
-  static std::span<double> weights(BlockView<double> x, index_t j) { return {x.col(j), Network::size}; }
-  /// The replica inputs of column j: use_replicas' choice, else the column's own index.
-  index_t inputs_of(index_t j) const {
-    const index_t k = use_.empty() ? -1 : use_[static_cast<std::size_t>(j)];
-    return k < 0 ? j : k;
-  }
+  friend class ColumnObjective<DisObjective>;
   /// The integrability point: after the grid nodes and the sum rules' quadrature nodes.
   std::size_t integrability_point() const { return points_.grid + points_.quad; }
 
@@ -231,7 +209,6 @@ class DisObjective {
   Points points_;
   Eigen::MatrixXd positivity_, integrability_;
   std::vector<DisReplicaInputs> inputs_;
-  std::vector<index_t> use_;
   PdfReplica pdf_;
   // Scratch, reused by every column (its values never carry from one column to the next).
   Eigen::VectorXd xf_, dxf_, r_, rp_, ri_, jr_, jp_, ji_, bar_grid_;

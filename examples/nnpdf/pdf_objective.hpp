@@ -19,6 +19,7 @@
 
 #include <fitlib/core/types.hpp>
 
+#include "column_objective.hpp"
 #include "lo_dis.hpp"
 #include "pdf_model.hpp"
 
@@ -39,7 +40,7 @@ struct ReplicaData {
   double positivity = 0;
 };
 
-class PdfObjective {
+class PdfObjective : public ColumnObjective<PdfObjective> {
  public:
   /// The positivity observables: x·(q + q̄) for u, d, s (F₂ of one flavour, as NNPDF's F2U, F2D, F2S
   /// positivity sets) and x·g.
@@ -51,7 +52,6 @@ class PdfObjective {
     if (fk_.size() != npoints_ * grid.size() * n_evol) throw std::invalid_argument("PdfObjective: the FK table's size does not match its points and grid");
   }
 
-  index_t size() const { return static_cast<index_t>(Network::size); }
   const Points& points() const { return points_; }
 
   /// Inputs per replica index (training inputs and validation inputs are separate indices).
@@ -60,23 +60,7 @@ class PdfObjective {
   void set_positivity(index_t k, double lambda) { replicas_.at(static_cast<std::size_t>(k)).positivity = lambda; }
 
   // replica_objective
-  void use_replicas(std::span<const index_t> r) { use_.assign(r.begin(), r.end()); }
   index_t replica_count() const { return static_cast<index_t>(replicas_.size()); }
-
-  // objective
-  void value(ConstBlockView<double> x, std::span<double> f) {
-    for (index_t j = 0; j < x.cols; ++j) f[static_cast<std::size_t>(j)] = column(weights(x, j), inputs_of(j), {}, {}, {});
-  }
-  void value_grad(ConstBlockView<double> x, std::span<double> f, BlockView<double> g) {
-    for (index_t j = 0; j < x.cols; ++j) f[static_cast<std::size_t>(j)] = column(weights(x, j), inputs_of(j), weights(g, j), {}, {});
-  }
-  /// Gauss–Newton matrix times v: per column, or every v_k at x's one column.
-  void hessp(ConstBlockView<double> x, ConstBlockView<double> v, BlockView<double> hv) {
-    for (index_t k = 0; k < v.cols; ++k) {
-      const index_t j = x.cols == 1 ? 0 : k;
-      column(weights(x, j), inputs_of(j), {}, weights(v, k), weights(hv, k));
-    }
-  }
 
   /// The predictions FK·xf at every point for weights w with preprocessing pre.
   std::vector<double> predictions(std::span<const double> w, const Preprocessing& pre) {
@@ -98,13 +82,7 @@ class PdfObjective {
   }
 
  private:
-  static std::span<const double> weights(ConstBlockView<double> x, index_t j) { return {x.col(j), Network::size}; }
-  static std::span<double> weights(BlockView<double> x, index_t j) { return {x.col(j), Network::size}; }
-  /// The replica inputs of column j: use_replicas' choice, else the column's own index.
-  index_t inputs_of(index_t j) const {
-    const index_t k = use_.empty() ? -1 : use_[static_cast<std::size_t>(j)];
-    return k < 0 ? j : k;
-  }
+  friend class ColumnObjective<PdfObjective>;
   std::size_t positivity_begin() const { return points_.grid + points_.quad; }
   std::size_t grid_columns() const { return points_.grid * n_evol; }
 
@@ -192,7 +170,6 @@ class PdfObjective {
   std::size_t npoints_;
   Points points_;
   std::vector<ReplicaData> replicas_;
-  std::vector<index_t> use_;
   PdfReplica pdf_;
 };
 

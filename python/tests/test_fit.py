@@ -301,10 +301,14 @@ def test_ctrl_c_stops_a_fit(demo):
     level = logger.level
     logger.setLevel(logging.DEBUG)
     logger.addFilter(interrupt)
+    # Python's own SIGINT handler, also where this process started with SIGINT ignored (a background job of a
+    # non-interactive shell, e.g. `make test &`): Python then installs none, and raise_signal does nothing.
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             fitlib.fit(demo)
     finally:
+        signal.signal(signal.SIGINT, handler)
         logger.removeFilter(interrupt)
         logger.setLevel(level)
 
