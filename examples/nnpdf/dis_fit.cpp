@@ -66,7 +66,7 @@ constexpr double training_fraction = 0.75;       ///< per dataset, n_tr = int(0.
 
 /// The integrability multiplier for a positivity multiplier λ that grows to λ_max: both grow geometrically and
 /// together, from their initial values to their maxima (n3fit multiplies both every 100 epochs, each by its own
-/// factor), so λ_int = 10·λ^{1/6} on the closure's schedule: 10 at λ = 1, 100 at λ = 10⁶.
+/// factor): λ_int = 10·(λ/184.8)^t with t = 1/log₁₀(λ_max/184.8), 10 at the start and 100 at λ_max.
 double integrability_of(double lambda, double lambda_max) {
   const double t = lambda_max > positivity_initial ? std::log(lambda / positivity_initial) / std::log(lambda_max / positivity_initial) : 1.0;
   return integrability_initial * std::pow(integrability_max / integrability_initial, std::clamp(t, 0.0, 1.0));
@@ -78,8 +78,9 @@ struct Settings {
   index_t replicas = 100, width = 16, t0_replicas = 20;
   index_t maxiter = 1000, patience = 100;  // patience: n3fit's 10 % of the iteration budget
   std::uint64_t seed = 1;
-  /// λ_max. The quadratic penalty's pull on an observable at −v is λ·v, n3fit's linear ELU's is λ at any v < 0: n3fit's
-  /// λ_max of 10⁶ (fact 11) pulls as hard at v = 10⁻⁸ as 10¹⁴ does here (README: 10⁶ leaves most replicas below −1e-6).
+  /// λ_max. The quadratic penalty's pull on an observable at −v is λ·v (plus the multiplier estimate μ), n3fit's linear
+  /// ELU's is λ at any v < 0: n3fit's λ_max of 10⁶ (fact 11) pulls as hard at v = 10⁻⁸ as 10¹⁴ does here without μ
+  /// (README: 10⁶ leaves most replicas below −1e-6).
   double positivity_max = 1e14;
 };
 
@@ -188,7 +189,8 @@ double integrability_number(std::span<const double> w, const Preprocessing& pre)
   return worst;
 }
 
-/// validphys' arc lengths of Σ, g, V, V3 and V8 at Q0 (n3fit-parallel-replicas.md §4.4): the sum over [10⁻⁶, 10⁻⁴],
+/// The arc lengths of Σ, g, V, V3 and V8 at Q0 as n3fit-parallel-replicas.md §4.4 defines validphys' (whose grid
+/// differs in detail: 199 points a segment, without its end): the sum over [10⁻⁶, 10⁻⁴],
 /// [10⁻⁴, 10⁻²] and [10⁻², 1] of ∫√(1 + y′²) dx with y = x·(x·f) on 200 intervals each, y′ by forward differences,
 /// integrated over the 200 difference points by Simpson's rule (the last interval by the trapezoid).
 std::array<double, 5> arc_lengths(std::span<const double> w, const Preprocessing& pre) {
@@ -234,7 +236,8 @@ std::string verdict(const Outcome& o) {
 
 /// NNPDF's postfit distribution vetoes (n3fit-parallel-replicas.md §4.4): of the replicas kept so far, those whose χ²
 /// or one of whose arc lengths lies more than 4σ above the kept replicas' mean (σ: their standard deviation) are
-/// dropped, all six tests on the same kept set, repeated until none is dropped.
+/// dropped, all six tests on the same kept set, repeated until none is dropped (a drop is final; validphys recomputes
+/// every round's masks over all replicas, so that one could come back).
 void distribution_vetoes(std::vector<Outcome>& outcomes) {
   for (;;) {
     std::vector<std::size_t> passing;
@@ -242,8 +245,11 @@ void distribution_vetoes(std::vector<Outcome>& outcomes) {
       if (outcomes[r].verdict == "kept") passing.push_back(r);
     if (passing.size() < 2) return;
     std::vector<std::pair<std::size_t, const char*>> dropped;
-    for (std::size_t q = 0; q < 6; ++q) {  // the χ², then the five arc lengths
-      const auto value = [&](std::size_t r) { return q == 0 ? outcomes[r].chi2 : outcomes[r].arc_lengths[q - 1]; };
+    for (std::size_t q = 0; q < 6; ++q) {  // the χ², then the five arc lengths; a non-finite one is dropped
+      const auto value = [&](std::size_t r) {
+        const double v = q == 0 ? outcomes[r].chi2 : outcomes[r].arc_lengths[q - 1];
+        return std::isfinite(v) ? v : infinity;
+      };
       double mean = 0, square = 0;
       for (std::size_t r : passing) mean += value(r);
       mean /= static_cast<double>(passing.size());
@@ -258,7 +264,8 @@ void distribution_vetoes(std::vector<Outcome>& outcomes) {
   }
 }
 
-/// Fits the replicas `which` (empty: all) of a phase as one batch of `width`, and evaluates their kept states.
+/// Fits the replicas `which` (empty: all) of a phase as one batch of `width`, and evaluates their kept states (the
+/// distribution vetoes only for a whole phase: they compare its replicas).
 std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& ph, const Settings& s, index_t width,
                                const std::vector<index_t>& which, fitlib::BatchStatistics* statistics = nullptr) {
   fitlib::TrustRegionOptions tro;
@@ -326,6 +333,7 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
 
   // Postfit, at the kept states (outside the batch: the shared objective directly).
   const Eigen::LLT<Eigen::MatrixXd> covariance(*ph.C);
+  if (covariance.info() != Eigen::Success) throw std::runtime_error("the phase's covariance is not positive definite");
   const Eigen::Map<const Eigen::VectorXd> central(d.central.data(), static_cast<index_t>(d.central.size()));
   for (index_t r = 0; r < R; ++r) {
     if (!which.empty() && std::find(which.begin(), which.end(), r) == which.end()) continue;
@@ -669,7 +677,7 @@ int main(int argc, char** argv) {
     h5::write_attribute(settings, "positivity_penalty", "augmented Lagrangian: 1/2 lambda min(0, O - mu/lambda)^2, mu <- max(0, mu - lambda O) at each growth (n3fit: linear ELU)");
     h5::write_attribute(settings, "integrability_initial", integrability_initial);
     h5::write_attribute(settings, "integrability_max", integrability_max);
-    h5::write_attribute(settings, "integrability_penalty", "1/2 (lambda_int y)^2, y = x T3, x T8 at x = 1e-9; lambda_int = 10 lambda_pos^(1/6)");
+    h5::write_attribute(settings, "integrability_penalty", "1/2 (lambda_int y)^2, y = x T3, x T8 at x = 1e-9; lambda_int from 10 to 100 geometrically as lambda_pos grows to its maximum");
     h5::write_attribute(settings, "integrability_threshold", integrability_threshold);
     h5::write_attribute(settings, "integrability_number", "max over V, V3, V8, T3, T8 of sum |x f| at x = 1e-9, 10^-7.5, 1e-6");
     h5::write_attribute(settings, "t0_seconds", t0_seconds);
@@ -792,9 +800,10 @@ int main(int argc, char** argv) {
     }
     for (const Outcome& o : outcomes) batch_iterations += static_cast<double>(o.fit.iterations);
     check(same, "the first replicas fitted one at a time: bitwise their batch fits (1 = yes)", same ? 1 : 0);
+    // Wall time per trust-region iteration, each replica's set-up (whitening) and postfit included.
     std::printf("  one at a time: %td replicas in %.1f s (%.0f replicas per hour), %.2f ms per iteration; batched: %.2f ms per iteration\n", k,
-                sequential_seconds, static_cast<double>(k) / (sequential_seconds / 3600), 1e3 * sequential_seconds / sequential_iterations,
-                1e3 * fit_seconds / batch_iterations);
+                sequential_seconds, static_cast<double>(k) / (sequential_seconds / 3600),
+                1e3 * sequential_seconds / std::max(sequential_iterations, 1.0), 1e3 * fit_seconds / std::max(batch_iterations, 1.0));
   }
 
   const double total_seconds = since(t_start);

@@ -3,15 +3,15 @@
 // counterpart of pdf_objective.hpp). Each column of a parameter block is one replica's network weights, evaluated
 // with that replica's inputs: its preprocessing, its data rows (training or validation) whitened by the Cholesky
 // factor of their block of the covariance, and its penalty multipliers. f = ½‖ρ‖² with the residuals
-//   ρ = [ L⁻¹(FK·xf − d) ;  √λ_pos·min(0, O_i) ;  λ_int·y_j ]
+//   ρ = [ L⁻¹(FK·xf − d) ;  √λ_pos·min(0, O_i − μ_i/λ_pos) ;  λ_int·y_j ]
 // where xf is x·f on the FK tables' 50 grid nodes, O the positivity observables (NNPDF's sets at Q² = 5 GeV², FK
 // tables on the same nodes) with the multiplier estimates μ ≥ 0 of the constraints O ≥ 0, and y = (x·T3, x·T8) at
 // x = 1e-9 (the integrability sets: the network itself there, so that x is one more evaluation point). ½χ² plus
 // penalties. The positivity term is the augmented Lagrangian of O ≥ 0 (Nocedal & Wright §17.4, up to a constant in
-// x): a quadratic penalty, which a Gauss–Newton model carries, whose shift μ/λ is updated between minimiser runs by
-// μ ← max(0, μ − λ·O), so that the observables reach O ≥ 0 at a finite λ as n3fit's linear ELU Σ ELU(−λ·O) does
-// (a quadratic penalty alone leaves O ≈ −pressure/λ: −5e-4 at λ = 10⁶ here). Its integrability (λ·y)² is ours up
-// to the common ½. The gradient by backpropagation and the Hessian-vector products of the Gauss–Newton matrix JᵀJ
+// x): a quadratic penalty, which a Gauss–Newton model carries, whose shift μ/λ the caller updates between minimiser
+// runs by μ ← max(0, μ − λ·O) (dis_fit.cpp: at every growth of λ, a dozen times), so that the observables approach
+// O ≥ 0 at a smaller λ than a quadratic penalty alone, which leaves O ≈ −pressure/λ (−5e-4 at λ = 10⁶ here); n3fit's
+// penalty is the linear Σ ELU(−λ·O). Its integrability (λ·y)² is ours up to the common ½. The gradient by backpropagation and the Hessian-vector products of the Gauss–Newton matrix JᵀJ
 // (positive semi-definite). Each column is computed as it is alone, so a ReplicaBatch gives every replica its
 // sequential bits.
 #pragma once
@@ -121,6 +121,7 @@ class DisObjective : public ColumnObjective<DisObjective> {
   /// The augmented Lagrangian's update of replica input k's multiplier estimates at weights w, before its λ changes:
   /// μ ← max(0, μ − λ·O(w)). The objective changes with them: the minimiser restarts after it.
   void update_positivity_multipliers(index_t k, std::span<const double> w) {
+    if (w.size() != Network::size) throw std::logic_error("update_positivity_multipliers: weights of the wrong size (no current point?)");
     DisReplicaInputs& in = inputs(k);
     const Eigen::VectorXd o = positivity_observables(w, in.pre);
     if (in.positivity_multipliers.size() == 0) in.positivity_multipliers = Eigen::VectorXd::Zero(o.size());
@@ -160,6 +161,7 @@ class DisObjective : public ColumnObjective<DisObjective> {
     if (s > 0) {
       rp_.noalias() = positivity_ * xf_;
       if (in.positivity_multipliers.size() == rp_.size()) rp_ -= in.positivity_multipliers / in.positivity;
+      else if (in.positivity_multipliers.size() != 0) throw std::logic_error("DisObjective: a replica's positivity multipliers have the wrong size");
       rp_ = s * rp_.cwiseMin(0.0);  // √λ·min(0, O − μ/λ): zero where the constraint is inactive
       f += 0.5 * rp_.squaredNorm();
     }
