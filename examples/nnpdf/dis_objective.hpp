@@ -11,9 +11,9 @@
 // x): a quadratic penalty, which a Gauss–Newton model carries, whose shift μ/λ the caller updates between minimiser
 // runs by μ ← max(0, μ − λ·O) (dis_fit.cpp: at every growth of λ, a dozen times), so that the observables approach
 // O ≥ 0 at a smaller λ than a quadratic penalty alone, which leaves O ≈ −pressure/λ (−5e-4 at λ = 10⁶ here); n3fit's
-// penalty is the linear Σ ELU(−λ·O). Its integrability (λ·y)² is ours up to the common ½. The gradient by backpropagation and the Hessian-vector products of the Gauss–Newton matrix JᵀJ
-// (positive semi-definite). Each column is computed as it is alone, so a ReplicaBatch gives every replica its
-// sequential bits.
+// penalty is the linear Σ ELU(−λ·O). Its integrability (λ·y)² is ours up to the common ½. The gradient by
+// backpropagation and the Hessian-vector products of the Gauss–Newton matrix JᵀJ (positive semi-definite). Each
+// column is computed as it is alone, so a ReplicaBatch gives every replica its sequential bits.
 #pragma once
 
 #include <Eigen/Cholesky>
