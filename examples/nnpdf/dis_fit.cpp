@@ -551,6 +551,7 @@ int main(int argc, char** argv) {
     f.inputs(0).positivity = 1e3;
     // Multipliers on a third of the observables, so that the shifted constraints are checked too.
     Eigen::VectorXd& mu = f.inputs(0).positivity_multipliers;
+    mu = Eigen::VectorXd::Zero(d.positivity.table.rows());
     for (index_t i = 0; i < mu.size(); i += 3) mu(i) = 0.1 * static_cast<double>(i % 7);
     f.inputs(0).integrability = integrability_max;
     const std::vector<double> w0 = Network::initial(first.seeds.network, 0);

@@ -124,7 +124,8 @@ class DisObjective : public ColumnObjective<DisObjective> {
     if (w.size() != Network::size) throw std::logic_error("update_positivity_multipliers: weights of the wrong size (no current point?)");
     DisReplicaInputs& in = inputs(k);
     const Eigen::VectorXd o = positivity_observables(w, in.pre);
-    if (in.positivity_multipliers.size() == 0) in.positivity_multipliers = Eigen::VectorXd::Zero(o.size());
+    if (in.positivity_multipliers.size() != o.size())
+      throw std::logic_error("update_positivity_multipliers: the replica's multipliers are not set (one per positivity observable)");
     in.positivity_multipliers = (in.positivity_multipliers - in.positivity * o).cwiseMax(0.0);
   }
 
