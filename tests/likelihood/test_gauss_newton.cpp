@@ -54,6 +54,7 @@ TEST_CASE("the Gauss–Newton matrix is Σ_b (n_b/ν_b²)·∇ν_b∇ν_bᵀ plu
   const Model model = test::random_model(spec);
   LikelihoodOptions opts;
   opts.allow_negative_poi = linear_poi;
+  opts.single_precision_gauss_newton = false;  // to 1e-8 below; the single-precision matrix has its own test
   SerialLikelihood nll(model, {}, opts);
   const index_t n = nll.size(), P = model.nprocs(), B = model.nbins();
   const std::vector<double> x = test::test_point(model, 2, linear_poi);
@@ -118,6 +119,7 @@ TEST_CASE("where the data equal the expectation the Gauss–Newton matrix is the
   LikelihoodOptions opts;
   opts.bin_by_bin.enabled = stats;
   opts.bin_by_bin.mode = mode;
+  opts.single_precision_gauss_newton = false;
   const index_t P = model.nprocs(), B = model.nbins();
   const std::vector<double> x = test::test_point(model, 1, false);
   {
@@ -152,6 +154,7 @@ TEST_CASE("the Gauss–Newton matrix is positive semi-definite with bin-by-bin s
   opts.data_term = term;
   opts.bin_by_bin.mode = mode;
   opts.bin_by_bin.type = type;
+  opts.single_precision_gauss_newton = false;
   SerialLikelihood nll(model, {}, opts);
   const index_t n = nll.size();
   for (std::uint64_t point = 0; point < 3; ++point) {
@@ -163,14 +166,60 @@ TEST_CASE("the Gauss–Newton matrix is positive semi-definite with bin-by-bin s
 TEST_CASE("the Gauss–Newton matrix is the same over shards and with sparse templates", "[likelihood][gauss-newton]") {
   const Model model = shards_model();
   const std::vector<double> x = test::test_point(model, 3, false);
-  SerialLikelihood serial(model);
+  // Each shard rounds its own single-precision sum: 1e-13 in double, single precision's own bound in single.
+  const bool single = GENERATE(false, true);
+  INFO((single ? "single" : "double") << " precision");
+  LikelihoodOptions opts;
+  opts.single_precision_gauss_newton = single;
+  const double tol = single ? 1e-6 : 1e-13;
+  SerialLikelihood serial(model, {}, opts);
   const std::vector<double> ref = curvature(serial, x, Curvature::gauss_newton);
-  ThreadedLikelihood threaded(model, cpu::Threads{3});
-  CHECK(rel_error(curvature(threaded, x, Curvature::gauss_newton), ref) < 1e-13);
+  ThreadedLikelihood threaded(model, cpu::Threads{3}, opts);
+  CHECK(rel_error(curvature(threaded, x, Curvature::gauss_newton), ref) < tol);
   Model sparse = model;
   sparse.make_sparse();
-  SparseSerialLikelihood sparse_nll(sparse);
-  CHECK(rel_error(curvature(sparse_nll, x, Curvature::gauss_newton), ref) < 1e-13);
+  SparseSerialLikelihood sparse_nll(sparse, {}, opts);
+  CHECK(rel_error(curvature(sparse_nll, x, Curvature::gauss_newton), ref) < tol);
+}
+
+TEST_CASE("the single-precision Gauss–Newton matrix is the double one to single precision", "[likelihood][gauss-newton]") {
+  // The default (LikelihoodOptions::single_precision_gauss_newton) runs the matrix's GEMMs in float; the
+  // rest (the constraints, the interpolation's diagonal, the covariance term's rows) stays double.
+  const auto mode = GENERATE(BinByBinMode::lite, BinByBinMode::full);
+  const auto term = GENERATE(DataTerm::poisson, DataTerm::chisq, DataTerm::covariance);
+  const bool asymmetric = GENERATE(false, true);
+  INFO((mode == BinByBinMode::lite ? "lite, " : "full, ") << static_cast<int>(term) << (asymmetric ? ", asymmetric" : ", symmetric"));
+  Model model = [&] {
+    if (term == DataTerm::covariance) return test::covariance_model(true);
+    test::RandomModelSpec spec;
+    spec.template_stats = true;
+    spec.asymmetric = asymmetric;
+    spec.nsyst = 6;
+    spec.bins = 40;
+    Model m = test::random_model(spec);
+    test::add_data_variances(m);
+    return m;
+  }();
+  LikelihoodOptions single, dbl;
+  single.data_term = dbl.data_term = term;
+  single.bin_by_bin.mode = dbl.bin_by_bin.mode = mode;
+  if (term == DataTerm::covariance) single.bin_by_bin.type = dbl.bin_by_bin.type = BinByBinType::normal_additive;
+  dbl.single_precision_gauss_newton = false;
+  REQUIRE(single.single_precision_gauss_newton);  // the default
+  SerialLikelihood a(model, {}, single), b(model, {}, dbl);
+  for (std::uint64_t point = 0; point < 3; ++point) {
+    const std::vector<double> x = test::test_point(model, point, false);
+    std::vector<double> ga, gb;
+    const std::vector<double> GNs = curvature(a, x, Curvature::gauss_newton, &ga), GNd = curvature(b, x, Curvature::gauss_newton, &gb);
+    const double err = rel_error(GNs, GNd);
+    CHECK(err < 1e-6);
+    if (term != DataTerm::covariance) CHECK(err > 0);  // it is single precision (the covariance term's data part is double)
+    CHECK(test::same_bits(ga, gb));  // values and gradients are double either way
+    const index_t n = a.size();
+    CHECK(smallest_eigenvalue(GNs, n) > -1e-6 * Eigen::Map<const Eigen::MatrixXd>(GNs.data(), n, n).norm());
+    // The exact Hessian does not depend on the option.
+    CHECK(curvature(a, x, Curvature::exact) == curvature(b, x, Curvature::exact));
+  }
 }
 
 TEST_CASE("the matrix alone is the matrix that comes with a value and gradient, bit for bit", "[likelihood][gauss-newton][hessian]") {

@@ -77,6 +77,11 @@ struct LikelihoodOptions {
   /// Template rows (bin·process cells) per block of the dense-Hessian GEMMs; ≥ 1. Deeper blocks
   /// run the GEMMs closer to their peak, shallower ones keep the block workspace in cache.
   index_t hessian_block_rows = 256;
+  /// The Gauss–Newton matrix (Curvature::gauss_newton) from single-precision GEMMs: twice the rate of
+  /// double's on AVX2. The matrix is a trust region's model and a preconditioner, never an answer
+  /// (values, gradients, HVPs and the exact Hessian stay double), so its ~1e-6 relative rounding moves
+  /// steps, not the minimum they reach. `false`: double, as the exact Hessian.
+  bool single_precision_gauss_newton = true;
   /// Bin-by-bin template statistics.
   BinByBinOptions bin_by_bin = {};
 

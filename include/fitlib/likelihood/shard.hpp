@@ -62,6 +62,7 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   /// host shard needs nothing from it).
   Shard(std::shared_ptr<const Model> model, BinRange bins, resource_type resource = {}, const LikelihoodOptions& opts = {}, index_t index = 0)
       : Identity(std::move(model), bins, resource, index), data_term_(opts.data_term), hessian_block_rows_(opts.hessian_block_rows),
+        single_precision_gauss_newton_(opts.single_precision_gauss_newton),
         tpl_(*model_, bins), cols_(*model_, opts.allow_negative_poi), nprocs_(model_->nprocs()),
         cache_(nprocs_, cols_.ncoef(), cols_.nparams(), bins.size(), cols_.symmetric()) {
     const Model& m = *model_;
@@ -280,40 +281,51 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     const bool coupled = pass.coupled;
     const index_t P = nprocs_, S = nsyst(), n = nparams(), npoi = this->npoi();
     const bool symmetric = cols_.symmetric();
-    const index_t bins_per_block = std::max<index_t>(1, hessian_block_rows_ / P);
     // One bin row per bin (its Jacobian), two when β couples the cells (U's two columns, bbstat.hpp;
     // the second meets only s₁₂ and s₂₂, which the Gauss–Newton matrix leaves out). `gp` (1 or 0)
     // weighs the terms it leaves out.
     const double gp = curvature == Curvature::exact ? 1.0 : 0.0;
     const index_t nbr = bb_.enabled && bb_.multiplicative() && gp != 0 ? 2 : 1;
-    const index_t max_rows = bins_per_block * (P + nbr);
+    // Cell rows carry ∂²ν/∂L² (log-normal) and the full mode's diag(δ); the Gauss–Newton matrix neither.
+    // Without them a bin row is one backward product of the bin's templates (Σ_c U_c·row_c, then the
+    // interpolation's g' on the half-difference part), and a block holds hessian_block_rows bins.
+    const bool cell_rows = gp != 0 && (model_->systematic_type == SystematicType::log_normal ||
+                                       (bb_.enabled && bb_.mode == BinByBinMode::full && bb_.multiplicative()));
+    const bool single = gp == 0 && single_precision_gauss_newton_;
+    const index_t bins_per_block = std::max<index_t>(1, hessian_block_rows_ / (cell_rows ? P : nbr));
+    const index_t max_rows = bins_per_block * (cell_rows ? P + nbr : nbr);
     if (hM_.rows() < max_rows || hM_.cols() != n) {
       hM_.resize(max_rows, n);
       hDM_.resize(max_rows, n);
       hY_.resize(max_rows, std::max<index_t>(npoi, 1));
     }
+    if (single && (hMf_.rows() < max_rows || hMf_.cols() != n)) {
+      hMf_.resize(max_rows, n);
+      hDMf_.resize(max_rows, n);
+    }
+    grow(acc_, nbr * ncoef());
+    grow(cell_U_, nbr * P);
     Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> H(hess.data, n, n, Eigen::OuterStride<>(hess.ld));
     H.setZero();
+    Eigen::MatrixXf Hf;  // the single-precision GEMMs' sum
+    if (single) Hf.setZero(n, n);
     std::vector<double> diag_acc(static_cast<std::size_t>(symmetric ? 0 : S), 0.0);
     std::vector<double> weight(static_cast<std::size_t>(max_rows), 0.0);  // rows of absent (sparse) cells stay 0
-    // Cell rows carry ∂²ν/∂L² (log-normal) and the full mode's diag(δ); the Gauss–Newton matrix neither.
-    const bool cell_rows = gp != 0 && (model_->systematic_type == SystematicType::log_normal ||
-                                       (bb_.enabled && bb_.mode == BinByBinMode::full && bb_.multiplicative()));
     std::vector<detail::BinCurvature> curv(static_cast<std::size_t>(bins_per_block));
 
     for (index_t i0 = 0; i0 < ndata_; i0 += bins_per_block) {
-      const index_t nbk = std::min(bins_per_block, ndata_ - i0), ncell = nbk * P, nrb = nbk * nbr;
+      const index_t nbk = std::min(bins_per_block, ndata_ - i0), ncell = cell_rows ? nbk * P : 0, nrb = nbk * nbr;
       // Bin rows first (U's columns applied to the cell Jacobians J_p = ∂ν_p/∂x), then cell rows
       // (the effective template rows E_c, weighted by g_p·∂²ν/∂L² + δ_p·(∂ν/∂L)²).
       auto M = hM_.topRows(nrb + ncell);
       // Zeroed: the bin rows (sums) and the cell rows' POI columns; the cells' template rows are written
       // whole below (absent cells' rows are zeroed there), so a Hessian does not clear the block twice.
       M.topRows(nrb).setZero();
-      if (npoi > 0) M.bottomRows(ncell).leftCols(npoi).setZero();
+      if (npoi > 0 && cell_rows) M.bottomRows(ncell).leftCols(npoi).setZero();
       auto Y = hY_.topRows(nrb + ncell);
-      if (npoi > 0) Y.setZero();
+      if (npoi > 0 && cell_rows) Y.setZero();
       double* g = g_.data();
-      double *delta = delta_.data(), *u1 = u1_.data(), *u2 = u2_.data();
+      double *delta = delta_.data(), *u1 = u1_.data(), *u2 = u2_.data(), *U = cell_U_.data(), *acc = acc_.data();
       std::fill_n(weight.begin() + nrb, ncell, 0.0);
       for (index_t ib = 0; ib < nbk; ++ib) {
         const index_t i = i0 + ib, nc = tpl_.cells(i);
@@ -322,26 +334,52 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
         curv[static_cast<std::size_t>(ib)] = detail::bin_term(pass, i, i, 0, m_.data(), g, delta, u1, u2);
         for (index_t cc = 0; cc < nc; ++cc) {
           const auto& c = cells_[static_cast<std::size_t>(cc)];
-          const index_t p = tpl_.process(i, cc), r = nrb + ib * P + cc;
-          double* e = M.row(r).data() + npoi;
-          tpl_.effective_row(i, cc, symmetric ? nullptr : cols_.dg(), e);
-          detail::axpy(u1[p] * c.d_L, e, M.row(ib * nbr).data() + npoi, S);
-          if (nbr == 2) detail::axpy(u2[p] * c.d_L, e, M.row(ib * nbr + 1).data() + npoi, S);
-          weight[static_cast<std::size_t>(r)] = gp * (g[p] * c.d_LL + delta[p] * c.d_L * c.d_L);
+          const index_t p = tpl_.process(i, cc);
+          if (cell_rows) {
+            const index_t r = nrb + ib * P + cc;
+            double* e = M.row(r).data() + npoi;
+            tpl_.effective_row(i, cc, symmetric ? nullptr : cols_.dg(), e);
+            detail::axpy(u1[p] * c.d_L, e, M.row(ib * nbr).data() + npoi, S);
+            if (nbr == 2) detail::axpy(u2[p] * c.d_L, e, M.row(ib * nbr + 1).data() + npoi, S);
+            weight[static_cast<std::size_t>(r)] = gp * (g[p] * c.d_LL + delta[p] * c.d_L * c.d_L);
+            if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0)
+              Y(r, q) = gp * (g[p] * c.d_muL + delta[p] * c.d_L * c.d_mu);
+          } else {
+            U[cc] = u1[p] * c.d_L;
+            if (nbr == 2) U[cc + P] = u2[p] * c.d_L;
+          }
           if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0) {
             M(ib * nbr, q) += u1[p] * c.d_mu;
             if (nbr == 2) M(ib * nbr + 1, q) += u2[p] * c.d_mu;
-            Y(r, q) = gp * (g[p] * c.d_muL + delta[p] * c.d_L * c.d_mu);
             H(q, q) += gp * (g[p] * c.d_mumu + delta[p] * c.d_mu * c.d_mu);
           }
           if (!symmetric) tpl_.add_half(i, cc, g[p] * c.d_L, diag_acc.data());
         }
-        for (index_t cc = nc; cc < P; ++cc) M.row(nrb + ib * P + cc).setZero();  // absent (sparse) cells
+        if (cell_rows) {
+          for (index_t cc = nc; cc < P; ++cc) M.row(nrb + ib * P + cc).setZero();  // absent (sparse) cells
+        } else {
+          const index_t nco = ncoef();
+          std::fill_n(acc, nbr * nco, 0.0);
+          tpl_.backward(i, U, nbr, acc);
+          for (index_t k = 0; k < nbr; ++k) {
+            double* row = M.row(ib * nbr + k).data() + npoi;
+            const double* a = acc + k * nco;
+            for (index_t s = 0; s < S; ++s) row[s] = symmetric ? a[s] : a[s] + cols_.dg()[s] * a[S + s];
+          }
+        }
       }
       for (index_t ib = 0; ib < nbk && coupled; ++ib)
         for (index_t c = 0; c < n; ++c) coupled_rows(i0 + ib, c) = M(ib * nbr, c);
-      const index_t rows = cell_rows ? nrb + ncell : nrb;
+      const index_t rows = nrb + ncell;
       auto Mr = M.topRows(rows);
+      if (single) {  // the Gauss–Newton matrix: one bin row per bin, weighted by s₁₁, in single precision
+        auto Mf = hMf_.topRows(rows);
+        auto DMf = hDMf_.topRows(rows);
+        Mf = Mr.template cast<float>();
+        for (index_t ib = 0; ib < nbk; ++ib) DMf.row(ib) = static_cast<float>(curv[static_cast<std::size_t>(ib)].s11) * Mf.row(ib);
+        Hf.template triangularView<Eigen::Lower>() += Mf.transpose() * DMf;
+        continue;
+      }
       auto DM = hDM_.topRows(rows);
       DM.noalias() = Eigen::Map<const Eigen::VectorXd>(weight.data(), rows).asDiagonal() * Mr;
       for (index_t ib = 0; ib < nbk; ++ib) {  // the bin rows' weight is the 2 × 2 block S (or its corner)
@@ -356,6 +394,7 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
       H.template triangularView<Eigen::Lower>() += Mr.transpose() * DM;
       if (npoi > 0 && cell_rows) H.leftCols(npoi).noalias() += M.transpose() * Y.leftCols(npoi);
     }
+    if (single) H.template triangularView<Eigen::Lower>() += Hf.template cast<double>();
     // The interpolation's own curvature g''(θ_s)·Σ g_p·∂ν_p/∂L·h_ps, a diagonal (to `interpolation` for
     // the Gauss–Newton matrix).
     if (gp == 0) {
@@ -484,6 +523,7 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
 
   DataTerm data_term_;
   index_t hessian_block_rows_;
+  bool single_precision_gauss_newton_;
   detail::TemplateSlice<Storage> tpl_;
   detail::ParameterColumns cols_;
   index_t nprocs_ = 0;
@@ -500,6 +540,7 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   std::vector<detail::BinCurvature> curv_;
   std::vector<detail::CellYield> cells_;
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> hM_, hDM_, hY_;
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> hMf_, hDMf_;  // the Gauss–Newton GEMM's, single precision
 };
 
 }  // namespace fitlib
