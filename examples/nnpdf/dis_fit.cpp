@@ -13,7 +13,7 @@
 // covariance, the FK tables against HOPPET's direct predictions, the objective's derivatives, that the first fit
 // keeps a replica, and that the first 8 replicas fitted one at a time are bitwise their fits in the batch.
 //   nnpdf_dis_fit [--data FILE] [--replicas R] [--width W] [--t0-replicas R0] [--seed S] [--out FILE]
-//                 [--maxiter N] [--patience N] [--positivity-max L]
+//                 [--maxiter N] [--patience N] [--positivity-max L] [--positivity-gate G]
 #include <fitlib/io/hdf5.hpp>
 #include <fitlib/minimize/steihaug_cg.hpp>
 #include <fitlib/minimize/trust_region.hpp>
@@ -82,6 +82,9 @@ struct Settings {
   /// ELU's is λ at any v < 0: n3fit's λ_max of 10⁶ (fact 11) pulls as hard at v = 10⁻⁸ as 10¹⁴ does here without μ
   /// (README: 10⁶ leaves most replicas below −1e-6).
   double positivity_max = 1e14;
+  /// Above this λ (n3fit's λ_max, fact 11) a replica's multiplier grows only once its validation χ²/n has been below
+  /// n3fit's threshold: a penalty that stiff before the data are fitted stalls the fit on positivity.
+  double positivity_gate = 1e6;
 };
 
 int failures = 0;
@@ -278,7 +281,11 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
   to.positivity_initial = positivity_initial;
   to.positivity_growth = positivity_growth;
   to.positivity_every = positivity_every;
-  to.positivity_max = s.positivity_max;
+  // The schedule is the replica's own (the hook's below); train_replica's multiplier is only its clock: every
+  // positivity_every iterations, for the whole fit, and at each convergence of the minimiser. As in n3fit, the
+  // multiplier's changes do not restart patience.
+  to.positivity_max = infinity;
+  to.positivity_restarts_patience = false;
   to.positivity_tolerance = positivity_tolerance;
 
   const index_t R = ph.replicas, n = f.size();
@@ -315,12 +322,15 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
           out.ever_both = out.ever_both || (below && positive);
           return below && positive ? 0.5 * v * static_cast<double>(out.nvalidation) : infinity;
         };
-        // A new λ, and before it the multipliers' update at the current point (the minimiser restarts there).
-        const auto set_multiplier = [&f, &out, r, lambda_max = s.positivity_max](double lambda) {
+        // At every tick of the clock: the multipliers' update at the current point (the minimiser restarts there),
+        // and λ ×10 up to the gate, past it to --positivity-max once the replica's validation χ² has been below the
+        // threshold. At the largest λ the multipliers go on converging (the method of multipliers' outer loop).
+        const auto set_multiplier = [&f, &out, r, &s](double) {
           f.update_positivity_multipliers(r, out.current);
           DisReplicaInputs& t = f.inputs(r);
-          t.positivity = lambda;
-          t.integrability = integrability_of(lambda, lambda_max);
+          const double cap = out.ever_below ? s.positivity_max : std::min(s.positivity_gate, s.positivity_max);
+          t.positivity = std::max(t.positivity, std::min(cap, t.positivity * positivity_growth));
+          t.integrability = integrability_of(t.positivity, s.positivity_max);
         };
         fitlib::train_replica(minimizer, fr, loss, to, set_multiplier, Network::initial(ph.seeds.network, static_cast<std::uint64_t>(r)), out.fit);
         std::vector<double>().swap(out.fit.covariance);  // 763² NaNs (no postfit covariance asked for): 4.7 MB a replica
@@ -493,18 +503,22 @@ int main(int argc, char** argv) {
     else if (has_value && !std::strcmp(argv[i], "--maxiter")) s.maxiter = number();
     else if (has_value && !std::strcmp(argv[i], "--patience")) s.patience = number();
     else if (has_value && !std::strcmp(argv[i], "--positivity-max")) s.positivity_max = std::atof(argv[i + 1]);
+    else if (has_value && !std::strcmp(argv[i], "--positivity-gate")) s.positivity_gate = std::atof(argv[i + 1]);
     else {
       std::fprintf(stderr,
                    "usage: nnpdf_dis_fit [--data FILE] [--replicas R] [--width W] [--t0-replicas R0] [--seed S] [--out FILE]\n"
-                   "                     [--maxiter N] [--patience N] [--positivity-max L]\n"
+                   "                     [--maxiter N] [--patience N] [--positivity-max L] [--positivity-gate G]\n"
                    "defaults: --data %s --replicas 100 --width 16 --t0-replicas 20 (0: t0 = the data) --seed 1\n"
-                   "          --out %s --maxiter 1000 --patience 100 --positivity-max 1e14\n",
+                   "          --out %s --maxiter 1000 --patience 100 --positivity-max 1e14 --positivity-gate 1e6\n",
                    Settings{}.data.c_str(), Settings{}.out.c_str());
       return 2;
     }
   }
-  if (s.replicas < 1 || s.width < 1 || s.t0_replicas < 0 || s.maxiter < 1 || s.patience < 1 || !(s.positivity_max >= positivity_initial)) {
-    std::fprintf(stderr, "nnpdf_dis_fit: --replicas, --width, --maxiter and --patience must be >= 1, --t0-replicas >= 0, --positivity-max >= %g\n",
+  if (s.replicas < 1 || s.width < 1 || s.t0_replicas < 0 || s.maxiter < 1 || s.patience < 1 || !(s.positivity_max >= positivity_initial) ||
+      !(s.positivity_gate >= positivity_initial)) {
+    std::fprintf(stderr,
+                 "nnpdf_dis_fit: --replicas, --width, --maxiter and --patience must be >= 1, --t0-replicas >= 0, --positivity-max and "
+                 "--positivity-gate >= %g\n",
                  positivity_initial);
     return 2;
   }
@@ -674,8 +688,9 @@ int main(int argc, char** argv) {
     h5::write_attribute(settings, "positivity_growth", positivity_growth);
     h5::write_attribute(settings, "positivity_every", positivity_every);
     h5::write_attribute(settings, "positivity_max", s.positivity_max);
+    h5::write_attribute(settings, "positivity_gate", s.positivity_gate);
     h5::write_attribute(settings, "positivity_tolerance", positivity_tolerance);
-    h5::write_attribute(settings, "positivity_penalty", "augmented Lagrangian: 1/2 lambda min(0, O - mu/lambda)^2, mu <- max(0, mu - lambda O) at each growth (n3fit: linear ELU)");
+    h5::write_attribute(settings, "positivity_penalty", "augmented Lagrangian: 1/2 lambda min(0, O - mu/lambda)^2, mu <- max(0, mu - lambda O) every positivity_every iterations (n3fit: linear ELU)");
     h5::write_attribute(settings, "integrability_initial", integrability_initial);
     h5::write_attribute(settings, "integrability_max", integrability_max);
     h5::write_attribute(settings, "integrability_penalty", "1/2 (lambda_int y)^2, y = x T3, x T8 at x = 1e-9; lambda_int from 10 to 100 geometrically as lambda_pos grows to its maximum");

@@ -398,6 +398,58 @@ TEST_CASE("replica uses: n3fit-style training with early stopping and positivity
     for (std::size_t p = 0; p < r5.replicas[4].x.size(); ++p) CHECK(same_bits(r5.replicas[4].x[p], r.replicas[4].x[p]));
   }
 
+  SECTION("a growing multiplier restarts patience unless positivity_restarts_patience is false (n3fit's)") {
+    // The multiplier only counts here (the objective does not change) and the loss is best at x0: every
+    // iteration is one without improvement. Growth every 2 iterations, patience 3.
+    SerialLikelihood plain(m, {}, linear());
+    std::vector<double> x0 = plain.default_parameters();
+    x0[0] = 50;  // μ̂ < 0: at least 6 iterations from here (radius 1, 2, 4, …), so the limits below are reached first
+    TrainingOptions to;
+    to.validation_fraction = 0.3;
+    to.patience = 3;
+    to.positivity_initial = 1;
+    to.positivity_growth = 2;
+    to.positivity_every = 2;
+    to.positivity_max = 256;  // 8 growths
+    for (const bool restarts : {false, true}) {
+      INFO("positivity_restarts_patience " << restarts);
+      to.positivity_restarts_patience = restarts;
+      int calls = 0, growths = 0;
+      const auto loss = [&calls](const std::vector<double>&) { return ++calls == 1 ? 1.0 : 2.0; };
+      ReplicaFit res;
+      train_replica(minimizer, plain, loss, to, [&growths](double) { ++growths; }, x0, res);
+      CHECK(res.best_iteration == 0);
+      CHECK(res.x == x0);
+      if (!restarts) {
+        // One growth (iteration 2), and patience runs out at iteration 3 regardless.
+        CHECK(res.status == FitStatus::converged_callback);
+        CHECK(res.iterations == 3);
+        CHECK(growths == 1);
+      } else {
+        // Each growth gives 3 more iterations: the replica runs until the multiplier is at its maximum.
+        CHECK(growths == 8);
+        CHECK(res.iterations > 3);
+      }
+    }
+    // The minimiser's iteration limit bounds the replica's iterations in all, across the restarts.
+    {
+      TrustRegionOptions lo = o;
+      lo.maxiter = 5;
+      to.positivity_restarts_patience = true;
+      int calls = 0;
+      const auto loss = [&calls](const std::vector<double>&) { return ++calls == 1 ? 1.0 : 2.0; };
+      ReplicaFit res;
+      train_replica(TrustRegion<Gltr>(lo), plain, loss, to, [](double) {}, x0, res);
+      CHECK(res.status == FitStatus::max_iterations);
+      CHECK(res.iterations == 5);
+    }
+    // A growth of 1 below the maximum would restart a converged minimiser for ever: refused.
+    to.positivity_growth = 1;
+    CHECK_THROWS_WITH(to.validate(), Catch::Contains("growth > 1"));
+    to.positivity_max = to.positivity_initial;
+    CHECK_NOTHROW(to.validate());
+  }
+
   SECTION("positivity: the growing penalty keeps the masked yields physical; the veto flags those that are not") {
     TrainingOptions to;
     to.validation_fraction = 0;

@@ -44,6 +44,11 @@ struct TrainingOptions {
   double positivity_growth = 10;
   index_t positivity_every = 10;
   double positivity_max = 1e8;
+  /// Whether a growth of the multiplier starts the patience count again (a new objective gets
+  /// `patience` iterations to improve on the best state). `false` is n3fit's: its positivity callback
+  /// and its early stopping never meet, so a schedule that keeps the multiplier changing (every
+  /// `positivity_every` iterations, for ever with `positivity_max` = +∞) still ends on patience.
+  bool positivity_restarts_patience = true;
   /// The veto at the kept state: every positivity observable ≥ −tolerance (relative to its prefit yield).
   double positivity_tolerance = 1e-6;
   /// The postfit covariance of the kept state.
@@ -54,8 +59,12 @@ struct TrainingOptions {
     if (!(validation_fraction >= 0 && validation_fraction < 1)) fail("validation_fraction must be in [0, 1), got " + std::to_string(validation_fraction));
     if (patience < 1) fail("patience must be ≥ 1, got " + std::to_string(patience));
     if (!(min_improvement >= 0)) fail("min_improvement must be ≥ 0, got " + std::to_string(min_improvement));
-    if (!(positivity_initial > 0) || !(positivity_growth >= 1) || !(positivity_max >= positivity_initial) || positivity_every < 1)
-      fail("positivity schedule needs initial > 0, growth ≥ 1, max ≥ initial and every ≥ 1");
+    // growth = 1 below the maximum would restart a converged minimiser for ever.
+    if (!(positivity_initial > 0) || !(positivity_max >= positivity_initial) || positivity_every < 1 ||
+        !(positivity_growth > 1 || (positivity_growth == 1 && positivity_max == positivity_initial)))
+      fail("positivity schedule needs initial > 0, max ≥ initial, every ≥ 1 and growth > 1 (or growth = 1 with max = initial), got initial " +
+           std::to_string(positivity_initial) + ", max " + std::to_string(positivity_max) + ", every " + std::to_string(positivity_every) +
+           ", growth " + std::to_string(positivity_growth));
     if (!(positivity_tolerance >= 0)) fail("positivity_tolerance must be ≥ 0");
   }
 };
@@ -95,9 +104,11 @@ inline void require_stepwise(const TrustRegionOptions& o) {
 /// minimiser stops. `set_multiplier(λ)` (empty: no positivity) sets the positivity multiplier of f:
 /// it starts at `opts.positivity_initial` (set it before), grows on the schedule, and whenever the
 /// minimiser converges before the maximum (the minimiser then restarts at its current point and
-/// radius on the new objective). `res` gets the kept state: `x`, `best_iteration`, the status
-/// (`converged_callback` when early stopping ended it), the counts, and the postfit NLL (and
-/// covariance with `opts.covariance`) there. The positivity veto is the caller's. Of `opts`, the
+/// radius on the new objective, and patience starts again unless `opts.positivity_restarts_patience`
+/// is false). The minimiser's iteration limit bounds the replica's iterations in all, restarts
+/// included. `res` gets the kept state: `x`, `best_iteration`, the status (`converged_callback`
+/// when early stopping ended it), the counts, and the postfit NLL (and covariance with
+/// `opts.covariance`) there. The positivity veto is the caller's. Of `opts`, the
 /// split's `seed` and `validation_fraction` (beyond turning early stopping on), `positivity` and
 /// `positivity_tolerance` are the caller's too. A replica whose every loss was +∞ (EarlyStopping's
 /// gate) keeps its start x0, with best_iteration 0.
@@ -121,6 +132,8 @@ void train_replica(const TrustRegion<Sub>& minimizer, F& fr, Loss&& validation_l
     if (status == FitStatus::running) {
       status = minimizer.step(fr, s);
       ++iteration;
+      // The limit is the replica's, across the restarts (each restart counts the minimiser's own afresh).
+      if (status == FitStatus::running && iteration >= s.maxiter) status = FitStatus::max_iterations;
       if (stopping.after_step(s.x, s.last.accepted, iteration) && status == FitStatus::running) {
         status = FitStatus::converged_callback;
         stopped_early = true;
@@ -143,7 +156,7 @@ void train_replica(const TrustRegion<Sub>& minimizer, F& fr, Loss&& validation_l
     minimizer.init(fr, s, x);
     s.radius = radius;
     status = s.status;
-    stopping.restart_patience();
+    if (opts.positivity_restarts_patience) stopping.restart_patience();
   }
   res.status = status;
   res.iterations = iteration;
