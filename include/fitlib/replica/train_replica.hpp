@@ -47,7 +47,8 @@ struct TrainingOptions {
   /// Whether a growth of the multiplier starts the patience count again (a new objective gets
   /// `patience` iterations to improve on the best state). `false` is n3fit's: its positivity callback
   /// and its early stopping never meet, so a schedule that keeps the multiplier changing (every
-  /// `positivity_every` iterations, for ever with `positivity_max` = +∞) still ends on patience.
+  /// `positivity_every` iterations, with `positivity_max` = +∞ until the multiplier overflows)
+  /// still ends on patience (or on the minimiser's convergence, each of which grows it once more).
   bool positivity_restarts_patience = true;
   /// The veto at the kept state: every positivity observable ≥ −tolerance (relative to its prefit yield).
   double positivity_tolerance = 1e-6;
