@@ -329,7 +329,7 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
           f.update_positivity_multipliers(r, out.current);
           DisReplicaInputs& t = f.inputs(r);
           const double cap = out.ever_below ? s.positivity_max : std::min(s.positivity_gate, s.positivity_max);
-          t.positivity = std::max(t.positivity, std::min(cap, t.positivity * positivity_growth));
+          t.positivity = std::min(cap, t.positivity * positivity_growth);  // cap ≥ λ: it starts at 184.8 ≤ the gate and only grows
           t.integrability = integrability_of(t.positivity, s.positivity_max);
         };
         fitlib::train_replica(minimizer, fr, loss, to, set_multiplier, Network::initial(ph.seeds.network, static_cast<std::uint64_t>(r)), out.fit);

@@ -302,13 +302,12 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     if (single && (hMf_.rows() < max_rows || hMf_.cols() != n)) {
       hMf_.resize(max_rows, n);
       hDMf_.resize(max_rows, n);
+      hBf_.resize(n, n);
     }
     grow(acc_, nbr * ncoef());
     grow(cell_U_, nbr * P);
     Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> H(hess.data, n, n, Eigen::OuterStride<>(hess.ld));
     H.setZero();
-    Eigen::MatrixXf Hf;  // the single-precision GEMMs' sum
-    if (single) Hf.setZero(n, n);
     std::vector<double> diag_acc(static_cast<std::size_t>(symmetric ? 0 : S), 0.0);
     std::vector<double> weight(static_cast<std::size_t>(max_rows), 0.0);  // rows of absent (sparse) cells stay 0
     std::vector<detail::BinCurvature> curv(static_cast<std::size_t>(bins_per_block));
@@ -372,14 +371,6 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
         for (index_t c = 0; c < n; ++c) coupled_rows(i0 + ib, c) = M(ib * nbr, c);
       const index_t rows = nrb + ncell;
       auto Mr = M.topRows(rows);
-      if (single) {  // the Gauss–Newton matrix: one bin row per bin, weighted by s₁₁, in single precision
-        auto Mf = hMf_.topRows(rows);
-        auto DMf = hDMf_.topRows(rows);
-        Mf = Mr.template cast<float>();
-        for (index_t ib = 0; ib < nbk; ++ib) DMf.row(ib) = static_cast<float>(curv[static_cast<std::size_t>(ib)].s11) * Mf.row(ib);
-        Hf.template triangularView<Eigen::Lower>() += Mf.transpose() * DMf;
-        continue;
-      }
       auto DM = hDM_.topRows(rows);
       DM.noalias() = Eigen::Map<const Eigen::VectorXd>(weight.data(), rows).asDiagonal() * Mr;
       for (index_t ib = 0; ib < nbk; ++ib) {  // the bin rows' weight is the 2 × 2 block S (or its corner)
@@ -391,10 +382,25 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
           DM.row(2 * ib + 1) = t.s12 * M.row(2 * ib) + t.s22 * M.row(2 * ib + 1);
         }
       }
+      if (single && Mr.allFinite() && DM.allFinite()) {
+        // The Gauss–Newton matrix in single precision: M and DM scaled by powers of two to order one (exact), so
+        // that float's range holds any block; the block's float product is added to H in double, so that its
+        // rounding does not accumulate over blocks. A block with a non-finite entry takes the double product.
+        const double am = Mr.cwiseAbs().maxCoeff(), ad = DM.cwiseAbs().maxCoeff();
+        if (am == 0 || ad == 0) continue;
+        const double sm = std::ldexp(1.0, -std::ilogb(am)), sd = std::ldexp(1.0, -std::ilogb(ad));
+        auto Mf = hMf_.topRows(rows);
+        auto DMf = hDMf_.topRows(rows);
+        Mf = (sm * Mr).template cast<float>();
+        DMf = (sd * DM).template cast<float>();
+        hBf_.setZero();
+        hBf_.template triangularView<Eigen::Lower>() += Mf.transpose() * DMf;
+        H.template triangularView<Eigen::Lower>() += (1.0 / (sm * sd)) * hBf_.template cast<double>();
+        continue;
+      }
       H.template triangularView<Eigen::Lower>() += Mr.transpose() * DM;
       if (npoi > 0 && cell_rows) H.leftCols(npoi).noalias() += M.transpose() * Y.leftCols(npoi);
     }
-    if (single) H.template triangularView<Eigen::Lower>() += Hf.template cast<double>();
     // The interpolation's own curvature g''(θ_s)·Σ g_p·∂ν_p/∂L·h_ps, a diagonal (to `interpolation` for
     // the Gauss–Newton matrix).
     if (gp == 0) {
@@ -541,6 +547,7 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   std::vector<detail::CellYield> cells_;
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> hM_, hDM_, hY_;
   Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> hMf_, hDMf_;  // the Gauss–Newton GEMM's, single precision
+  Eigen::MatrixXf hBf_;  // a block's single-precision product
 };
 
 }  // namespace fitlib

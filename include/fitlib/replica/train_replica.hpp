@@ -127,6 +127,7 @@ void train_replica(const TrustRegion<Sub>& minimizer, F& fr, Loss&& validation_l
   index_t iteration = 0;
   double lambda = opts.positivity_initial;
   EvaluationCounts counts;  // of the minimiser runs before the last restart
+  index_t restarted_at = -1;  // the iteration of the last restart
   FitStatus status = s.status;
   bool stopped_early = false;
   for (;;) {
@@ -142,8 +143,11 @@ void train_replica(const TrustRegion<Sub>& minimizer, F& fr, Loss&& validation_l
     }
     // The multiplier grows on its schedule, and whenever the minimiser has converged before it
     // reached its maximum (a penalty method's outer loop); early stopping ends the replica.
-    const bool grow = set_multiplier && lambda < opts.positivity_max && !stopped_early &&
-                      ((status == FitStatus::running && iteration % opts.positivity_every == 0) || converged(status));
+    // A minimiser that converges at once after a restart has nothing left to do on the new objective either; and
+    // no growth is due at the iteration limit.
+    const bool grow = set_multiplier && lambda < opts.positivity_max && !stopped_early && iteration < s.maxiter &&
+                      ((status == FitStatus::running && iteration % opts.positivity_every == 0) ||
+                       (converged(status) && iteration > restarted_at));
     if (!grow) {
       if (status != FitStatus::running) break;
       continue;
@@ -155,6 +159,7 @@ void train_replica(const TrustRegion<Sub>& minimizer, F& fr, Loss&& validation_l
     counts += s.counts;
     const std::vector<double> x = s.x;
     minimizer.init(fr, s, x);
+    restarted_at = iteration;
     s.radius = radius;
     status = s.status;
     if (opts.positivity_restarts_patience) stopping.restart_patience();
