@@ -131,3 +131,62 @@ TEST_CASE("POI priors and external terms: values and derivatives", "[likelihood]
     for (index_t i = 0; i < n; ++i) Hv[static_cast<std::size_t>(i)] += H[static_cast<std::size_t>(i + j * n)] * v[static_cast<std::size_t>(j)];
   CHECK(rel_error(hv, Hv) < 1e-12);
 }
+
+TEST_CASE("the exact Hessian's cell term over the systematics that act on each process", "[likelihood][derivatives][hessian]") {
+  // Systematic s acts on process p only where (s + p) % 3 != 0, the last process on none, and in the
+  // asymmetric model syst1's average part is zero for process 0 (its half-difference alone acts): each
+  // process's cells reach a different subset of the systematics, which the cell term is restricted to.
+  const bool asymmetric = GENERATE(false, true);
+  const auto type = GENERATE(SystematicType::log_normal, SystematicType::normal);
+  const int bb = GENERATE(0, 1, 2);  // bin-by-bin statistics off, lite, full
+  INFO((asymmetric ? "asymmetric" : "symmetric") << (type == SystematicType::log_normal ? ", log-normal" : ", additive") << ", β "
+                                                 << (bb == 0 ? "off" : bb == 1 ? "lite" : "full"));
+  test::RandomModelSpec spec;
+  spec.asymmetric = asymmetric;
+  spec.type = type;
+  spec.signals = 2;
+  spec.procs = 4;
+  spec.nsyst = 6;
+  spec.bins = 20;
+  spec.template_stats = true;
+  Model model = test::random_model(spec);
+  const index_t P = model.nprocs(), S = model.nsyst(), nc = model.ncoef();
+  DenseTemplates& t = *model.dense();
+  for (index_t b = 0; b < model.nbins_full(); ++b)
+    for (index_t p = 0; p < P; ++p)
+      for (index_t s = 0; s < S; ++s) {
+        double* row = t.logk.data() + (b * P + p) * nc;
+        if ((s + p) % 3 == 0 || p == P - 1) {
+          row[s] = 0;
+          if (asymmetric) row[S + s] = 0;
+        }
+        if (asymmetric && p == 0 && s == 1) row[s] = 0;
+      }
+  Model sparse = model;
+  sparse.make_sparse();
+  const auto x = test::test_point(model, 2, false);
+  const index_t n = model.npoi() + S;
+  const auto hessian = [&](auto& nll) {
+    std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
+    nll.hessian(ConstBlockView<double>(x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
+    return H;
+  };
+  LikelihoodOptions opts;
+  opts.bin_by_bin.enabled = bb > 0;
+  opts.bin_by_bin.mode = bb == 2 ? BinByBinMode::full : BinByBinMode::lite;
+  SerialLikelihood dense(model, {}, opts);
+  test::check_derivatives(dense, x, 1e-7, 3);
+  const auto H = hessian(dense);
+  // The same sums with sparse storage, over blocks of one cell, and over three shards, to rounding.
+  const auto same = [&]<class Storage>(const Model& m, Storage) {
+    LikelihoodOptions one = opts;
+    one.hessian_block_rows = 1;
+    Likelihood<Shard<cpu::Serial, Storage>> serial(m, {}, opts), blocks(m, {}, one);
+    Likelihood<Shard<cpu::Threads, Storage>> threaded(m, cpu::Threads{3}, opts);
+    CHECK(rel_error(hessian(serial), H) < 1e-13);
+    CHECK(rel_error(hessian(blocks), H) < 1e-13);
+    CHECK(rel_error(hessian(threaded), H) < 1e-13);
+  };
+  same(model, storage::Dense{});
+  same(sparse, storage::Sparse{});
+}

@@ -74,19 +74,17 @@ struct LikelihoodOptions {
   /// Number of contiguous bin shards (of each rank, under mpi::Ranks); 0 = one per unit of the
   /// policy's concurrency.
   index_t shards = 0;
-  /// Rows per block of the dense-Hessian GEMMs; ≥ 1: bin·process cells where the exact Hessian has
-  /// cell rows (log-normal systematics, full-mode bin-by-bin statistics), else bins (the Gauss–Newton
-  /// matrix's one row per bin; two where β couples the cells). Deeper blocks run the GEMMs closer to
-  /// their peak, shallower ones keep the block workspace in cache.
+  /// Rows per block of the dense-Hessian GEMMs; ≥ 1: bin rows (one per bin, two where β couples
+  /// the cells) and, for the exact Hessian's cell term, one process's cells. Deeper blocks run the
+  /// GEMMs closer to their peak, shallower ones keep the block workspace in cache.
   index_t hessian_block_rows = 256;
   /// The Gauss–Newton matrix (Curvature::gauss_newton) from single-precision GEMMs: twice the rate of
   /// double's on AVX2. The matrix is a trust region's model and a preconditioner, never an answer
   /// (values, gradients, HVPs and the exact Hessian stay double), so its rounding moves steps, not the
-  /// minimum they reach. The blocks accumulate in float: below 1e-6 of the largest entry on the
-  /// tests' models, growing with the number of blocks (bins / hessian_block_rows). A bin whose
-  /// weight s₁₁·(its row)² exceeds float's range (ν below ~1e-19 with counts) makes the matrix
-  /// non-finite, and trust-exact on it then stops with FitStatus::linalg_error where double would not.
-  /// `false`: double, as the exact Hessian.
+  /// minimum they reach. Each block's rows are scaled by powers of two into float's range, its product
+  /// is computed in float and added to the matrix in double, so that rounding does not accumulate
+  /// over blocks: below 1e-6 of the largest entry on the tests' models. A block with a non-finite entry
+  /// takes the double product. `false`: double throughout.
   bool single_precision_gauss_newton = true;
   /// Bin-by-bin template statistics.
   BinByBinOptions bin_by_bin = {};

@@ -256,7 +256,9 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   /// Data-term dense Hessian of column `j` of `x` into `hess` (`[nparams × nparams]`), as GEMMs
   /// over blocks of bins: `Hθθ = Σ_cells E_cᵀ (w ν_LL) E_c + Σ_bins J_bᵀ (n/ν²) J_b` with the
   /// effective template rows `E = K + H·diag(g')`, the bin Jacobians `J_b`, the POI cross terms and
-  /// the interpolation's diagonal term `g''·(Hᵀ u)` (rabbit-likelihood-and-format.md §3.7).
+  /// the interpolation's diagonal term `g''·(Hᵀ u)` (rabbit-likelihood-and-format.md §3.7). The
+  /// cells' term runs process by process over the systematics that act on the process
+  /// (add_cell_curvature): where each acts on a few processes, a fraction of the dense cost.
   ///
   /// For the covariance term (`coupled_y`: y per data bin and column, see PartialRequest) this is
   /// the local part only, and the rows R_b = Σ_p u₁_p·∂ν_p/∂x that meet (C + diag q)⁻¹ go to
@@ -266,8 +268,8 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   /// that the data term's slope weighs is left out: the yields' own curvature (∂²ν/∂L², the POI cross
   /// terms, g_p-weighted) and β's (δ and S's corner s₁₂, s₂₂, which grow with the slope), leaving
   /// s₁₁·J₁ᵀJ₁ with J₁ = U's first column applied to the cells' Jacobians (the Schur complement of the
-  /// joint Gauss–Newton matrix in the yields and β; positive semi-definite): a GEMM over one row per
-  /// bin instead of 1 + P (or 2 + P). The interpolation's diagonal term goes to `interpolation`
+  /// joint Gauss–Newton matrix in the yields and β; positive semi-definite): one row per bin, no cell
+  /// term. The interpolation's diagonal term goes to `interpolation`
   /// (nsyst entries) instead, whose sum over the shards the likelihood keeps the positive part of.
   void hessian(ConstBlockView<double> x, index_t j, BlockView<double> hess, ConstBlockView<double> coupled_y = {},
                BlockView<double> coupled_rows = {}, index_t slot = 0, Curvature curvature = Curvature::exact,
@@ -286,18 +288,18 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     // weighs the terms it leaves out.
     const double gp = curvature == Curvature::exact ? 1.0 : 0.0;
     const index_t nbr = bb_.enabled && bb_.multiplicative() && gp != 0 ? 2 : 1;
-    // Cell rows carry ∂²ν/∂L² (log-normal) and the full mode's diag(δ); the Gauss–Newton matrix neither.
-    // Without them a bin row is one backward product of the bin's templates (Σ_c U_c·row_c, then the
-    // interpolation's g' on the half-difference part), and a block holds hessian_block_rows bins.
-    const bool cell_rows = gp != 0 && (model_->systematic_type == SystematicType::log_normal ||
+    // The cells' own curvature (∂²ν/∂L² for log-normal systematics, the full mode's diag(δ)); the
+    // Gauss–Newton matrix leaves it out. It is added process by process after the bins (add_cell_curvature):
+    // here each cell keeps its weights, and a bin row is one backward product of the bin's templates
+    // (Σ_c U_c·row_c, then the interpolation's g' on the half-difference part).
+    const bool cell_term = gp != 0 && (model_->systematic_type == SystematicType::log_normal ||
                                        (bb_.enabled && bb_.mode == BinByBinMode::full && bb_.multiplicative()));
     const bool single = gp == 0 && single_precision_gauss_newton_;
-    const index_t bins_per_block = std::max<index_t>(1, hessian_block_rows_ / (cell_rows ? P : nbr));
-    const index_t max_rows = bins_per_block * (cell_rows ? P + nbr : nbr);
+    const index_t bins_per_block = std::max<index_t>(1, hessian_block_rows_ / nbr);
+    const index_t max_rows = bins_per_block * nbr;
     if (hM_.rows() < max_rows || hM_.cols() != n) {
       hM_.resize(max_rows, n);
       hDM_.resize(max_rows, n);
-      hY_.resize(max_rows, std::max<index_t>(npoi, 1));
     }
     if (single && (hMf_.rows() < max_rows || hMf_.cols() != n)) {
       hMf_.resize(max_rows, n);
@@ -306,26 +308,23 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     }
     grow(acc_, nbr * ncoef());
     grow(cell_U_, nbr * P);
+    const detail::CellsByProcess* by_process = cell_term ? &cells_by_process() : nullptr;
+    if (cell_term) {
+      hw_.assign(static_cast<std::size_t>(by_process->ncells()), 0.0);
+      hy_.assign(hw_.size(), 0.0);
+    }
     Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> H(hess.data, n, n, Eigen::OuterStride<>(hess.ld));
     H.setZero();
     std::vector<double> diag_acc(static_cast<std::size_t>(symmetric ? 0 : S), 0.0);
-    std::vector<double> weight(static_cast<std::size_t>(max_rows), 0.0);  // rows of absent (sparse) cells stay 0
     std::vector<detail::BinCurvature> curv(static_cast<std::size_t>(bins_per_block));
 
     for (index_t i0 = 0; i0 < ndata_; i0 += bins_per_block) {
-      const index_t nbk = std::min(bins_per_block, ndata_ - i0), ncell = cell_rows ? nbk * P : 0, nrb = nbk * nbr;
-      // Bin rows first (U's columns applied to the cell Jacobians J_p = ∂ν_p/∂x), then cell rows
-      // (the effective template rows E_c, weighted by g_p·∂²ν/∂L² + δ_p·(∂ν/∂L)²).
-      auto M = hM_.topRows(nrb + ncell);
-      // Zeroed: the bin rows (sums) and the cell rows' POI columns; the cells' template rows are written
-      // whole below (absent cells' rows are zeroed there), so a Hessian does not clear the block twice.
-      M.topRows(nrb).setZero();
-      if (npoi > 0 && cell_rows) M.bottomRows(ncell).leftCols(npoi).setZero();
-      auto Y = hY_.topRows(nrb + ncell);
-      if (npoi > 0 && cell_rows) Y.setZero();
+      // The bin rows: U's columns applied to the cell Jacobians J_p = ∂ν_p/∂x.
+      const index_t nbk = std::min(bins_per_block, ndata_ - i0), rows = nbk * nbr;
+      auto M = hM_.topRows(rows);
+      M.leftCols(npoi).setZero();  // the systematics' columns are written whole below
       double* g = g_.data();
       double *delta = delta_.data(), *u1 = u1_.data(), *u2 = u2_.data(), *U = cell_U_.data(), *acc = acc_.data();
-      std::fill_n(weight.begin() + nrb, ncell, 0.0);
       for (index_t ib = 0; ib < nbk; ++ib) {
         const index_t i = i0 + ib, nc = tpl_.cells(i);
         for (index_t c = 0; c < nc; ++c) cell_L_[static_cast<std::size_t>(c)] = tpl_.dot(i, c, cols_.coef());
@@ -333,46 +332,33 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
         curv[static_cast<std::size_t>(ib)] = detail::bin_term(pass, i, i, 0, m_.data(), g, delta, u1, u2);
         for (index_t cc = 0; cc < nc; ++cc) {
           const auto& c = cells_[static_cast<std::size_t>(cc)];
-          const index_t p = tpl_.process(i, cc);
-          if (cell_rows) {
-            const index_t r = nrb + ib * P + cc;
-            double* e = M.row(r).data() + npoi;
-            tpl_.effective_row(i, cc, symmetric ? nullptr : cols_.dg(), e);
-            detail::axpy(u1[p] * c.d_L, e, M.row(ib * nbr).data() + npoi, S);
-            if (nbr == 2) detail::axpy(u2[p] * c.d_L, e, M.row(ib * nbr + 1).data() + npoi, S);
-            weight[static_cast<std::size_t>(r)] = gp * (g[p] * c.d_LL + delta[p] * c.d_L * c.d_L);
-            if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0)
-              Y(r, q) = gp * (g[p] * c.d_muL + delta[p] * c.d_L * c.d_mu);
-          } else {
-            U[cc] = u1[p] * c.d_L;
-            if (nbr == 2) U[cc + P] = u2[p] * c.d_L;
+          const index_t p = tpl_.process(i, cc), q = poi_of_process_[static_cast<std::size_t>(p)];
+          U[cc] = u1[p] * c.d_L;
+          if (nbr == 2) U[cc + P] = u2[p] * c.d_L;
+          if (cell_term) {  // the cell's weight on E_cᵀE_c and on its POI cross term
+            const auto k = static_cast<std::size_t>(by_process->first[static_cast<std::size_t>(i)] + cc);
+            hw_[k] = g[p] * c.d_LL + delta[p] * c.d_L * c.d_L;
+            if (q >= 0) hy_[k] = g[p] * c.d_muL + delta[p] * c.d_L * c.d_mu;
           }
-          if (const index_t q = poi_of_process_[static_cast<std::size_t>(p)]; q >= 0) {
+          if (q >= 0) {
             M(ib * nbr, q) += u1[p] * c.d_mu;
             if (nbr == 2) M(ib * nbr + 1, q) += u2[p] * c.d_mu;
             H(q, q) += gp * (g[p] * c.d_mumu + delta[p] * c.d_mu * c.d_mu);
           }
           if (!symmetric) tpl_.add_half(i, cc, g[p] * c.d_L, diag_acc.data());
         }
-        if (cell_rows) {
-          for (index_t cc = nc; cc < P; ++cc) M.row(nrb + ib * P + cc).setZero();  // absent (sparse) cells
-        } else {
-          const index_t nco = ncoef();
-          std::fill_n(acc, nbr * nco, 0.0);
-          tpl_.backward(i, U, nbr, acc);
-          for (index_t k = 0; k < nbr; ++k) {
-            double* row = M.row(ib * nbr + k).data() + npoi;
-            const double* a = acc + k * nco;
-            for (index_t s = 0; s < S; ++s) row[s] = symmetric ? a[s] : a[s] + cols_.dg()[s] * a[S + s];
-          }
+        const index_t nco = ncoef();
+        std::fill_n(acc, nbr * nco, 0.0);
+        tpl_.backward(i, U, nbr, acc);
+        for (index_t k = 0; k < nbr; ++k) {
+          double* row = M.row(ib * nbr + k).data() + npoi;
+          const double* a = acc + k * nco;
+          for (index_t s = 0; s < S; ++s) row[s] = symmetric ? a[s] : a[s] + cols_.dg()[s] * a[S + s];
         }
       }
       for (index_t ib = 0; ib < nbk && coupled; ++ib)
         for (index_t c = 0; c < n; ++c) coupled_rows(i0 + ib, c) = M(ib * nbr, c);
-      const index_t rows = nrb + ncell;
-      auto Mr = M.topRows(rows);
       auto DM = hDM_.topRows(rows);
-      DM.noalias() = Eigen::Map<const Eigen::VectorXd>(weight.data(), rows).asDiagonal() * Mr;
       for (index_t ib = 0; ib < nbk; ++ib) {  // the bin rows' weight is the 2 × 2 block S (or its corner)
         const auto& t = curv[static_cast<std::size_t>(ib)];
         if (nbr == 1) {
@@ -382,25 +368,25 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
           DM.row(2 * ib + 1) = t.s12 * M.row(2 * ib) + t.s22 * M.row(2 * ib + 1);
         }
       }
-      if (single && Mr.allFinite() && DM.allFinite()) {
+      if (single && M.allFinite() && DM.allFinite()) {
         // The Gauss–Newton matrix in single precision: M and DM scaled by powers of two to order one (exact), so
         // that float's range holds any block; the block's float product is added to H in double, so that its
         // rounding does not accumulate over blocks. A block with a non-finite entry takes the double product.
-        const double am = Mr.cwiseAbs().maxCoeff(), ad = DM.cwiseAbs().maxCoeff();
+        const double am = M.cwiseAbs().maxCoeff(), ad = DM.cwiseAbs().maxCoeff();
         if (am == 0 || ad == 0) continue;
         const double sm = std::ldexp(1.0, -std::ilogb(am)), sd = std::ldexp(1.0, -std::ilogb(ad));
         auto Mf = hMf_.topRows(rows);
         auto DMf = hDMf_.topRows(rows);
-        Mf = (sm * Mr).template cast<float>();
+        Mf = (sm * M).template cast<float>();
         DMf = (sd * DM).template cast<float>();
         hBf_.setZero();
         hBf_.template triangularView<Eigen::Lower>() += Mf.transpose() * DMf;
         H.template triangularView<Eigen::Lower>() += (1.0 / (sm * sd)) * hBf_.template cast<double>();
         continue;
       }
-      H.template triangularView<Eigen::Lower>() += Mr.transpose() * DM;
-      if (npoi > 0 && cell_rows) H.leftCols(npoi).noalias() += M.transpose() * Y.leftCols(npoi);
+      H.template triangularView<Eigen::Lower>() += M.transpose() * DM;
     }
+    if (cell_term) add_cell_curvature(H, npoi, symmetric ? nullptr : cols_.dg());
     // The interpolation's own curvature g''(θ_s)·Σ g_p·∂ν_p/∂L·h_ps, a diagonal (to `interpolation` for
     // the Gauss–Newton matrix).
     if (gp == 0) {
@@ -522,6 +508,64 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     }
   }
 
+  /// Adds the cells' own curvature Σ_c w_c·E_cᵀE_c and POI cross terms Σ_c y_c·E_c (the weights hessian() left
+  /// in hw_, hy_) to H's lower triangle, process by process: process p's effective rows E_c restricted to the
+  /// m_p systematics that act on p, so that a cell costs m_p² flops instead of S², in GEMMs over blocks of
+  /// hessian_block_rows cells summed in an m_p × m_p block that is added to H once. A cell of weights 0 is
+  /// skipped (with finite templates its E_c is finite; a NaN there reaches H through the bin rows as well).
+  void add_cell_curvature(Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>>& H, index_t npoi, const double* dg) {
+    const index_t P = nprocs_, S = nsyst(), R = std::max<index_t>(1, std::min(hessian_block_rows_, ndata_));
+    const detail::CellsByProcess& by = cells_by_process();
+    std::vector<double> e(static_cast<std::size_t>(S)), w(static_cast<std::size_t>(R)), y(static_cast<std::size_t>(R));
+    for (index_t p = 0; p < P; ++p) {
+      const std::span<const index_t> cols = by.systematics(p);
+      const auto m = static_cast<index_t>(cols.size());
+      if (m == 0) continue;
+      const index_t q = poi_of_process_[static_cast<std::size_t>(p)];
+      if (hK_.rows() < R || hK_.cols() < m) {
+        hK_.resize(std::max<index_t>(R, hK_.rows()), std::max<index_t>(m, hK_.cols()));
+        hDK_.resize(hK_.rows(), hK_.cols());
+      }
+      if (hA_.rows() < m) hA_.resize(m, m);
+      auto A = hA_.topLeftCorner(m, m);
+      A.template triangularView<Eigen::Lower>().setZero();
+      Eigen::VectorXd a = Eigen::VectorXd::Zero(q >= 0 ? m : 0);
+      index_t r = 0;
+      const auto flush = [&] {
+        auto K = hK_.topLeftCorner(r, m);
+        auto DK = hDK_.topLeftCorner(r, m);
+        DK.noalias() = Eigen::Map<const Eigen::VectorXd>(w.data(), r).asDiagonal() * K;
+        A.template triangularView<Eigen::Lower>() += K.transpose() * DK;
+        if (q >= 0) a.noalias() += K.transpose() * Eigen::Map<const Eigen::VectorXd>(y.data(), r);
+        r = 0;
+      };
+      for (index_t k = by.cell_begin[static_cast<std::size_t>(p)]; k < by.cell_begin[static_cast<std::size_t>(p + 1)]; ++k) {
+        const index_t i = by.bin[static_cast<std::size_t>(k)], c = by.cell[static_cast<std::size_t>(k)];
+        const auto at = static_cast<std::size_t>(by.first[static_cast<std::size_t>(i)] + c);
+        if (hw_[at] == 0 && hy_[at] == 0) continue;
+        tpl_.effective_row(i, c, dg, e.data());
+        double* row = hK_.row(r).data();
+        for (index_t t = 0; t < m; ++t) row[t] = e[static_cast<std::size_t>(cols[static_cast<std::size_t>(t)])];
+        w[static_cast<std::size_t>(r)] = hw_[at];
+        y[static_cast<std::size_t>(r)] = hy_[at];
+        if (++r == R) flush();
+      }
+      if (r > 0) flush();
+      for (index_t t = 0; t < m; ++t) {  // cols ascend: A's lower triangle lands in H's
+        const index_t ht = npoi + cols[static_cast<std::size_t>(t)];
+        for (index_t u = 0; u <= t; ++u) H(ht, npoi + cols[static_cast<std::size_t>(u)]) += A(t, u);
+        if (q >= 0) H(ht, q) += a[t];
+      }
+    }
+  }
+
+  /// The shard's cells by process and the systematics that act on each, found on first use: the
+  /// templates do not change while the shard lives.
+  const detail::CellsByProcess& cells_by_process() {
+    if (!cells_by_process_) cells_by_process_ = detail::CellsByProcess::find(tpl_, ndata_, nprocs_, nsyst());
+    return *cells_by_process_;
+  }
+
   template <class T>
   static void grow(std::vector<T>& v, index_t n) {
     if (static_cast<index_t>(v.size()) < n) v.resize(static_cast<std::size_t>(n));
@@ -545,7 +589,10 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   std::vector<double> acc_, poi_acc_, cell_L_, cell_U_, g_, delta_, u1_, u2_, m_;
   std::vector<detail::BinCurvature> curv_;
   std::vector<detail::CellYield> cells_;
-  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> hM_, hDM_, hY_;
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> hM_, hDM_, hK_, hDK_;
+  Eigen::MatrixXd hA_;  // a process's cell curvature over its systematics
+  std::vector<double> hw_, hy_;  // per cell (CellsByProcess's numbering): the cell curvature's weights
+  std::optional<detail::CellsByProcess> cells_by_process_;
   Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> hMf_, hDMf_;  // the Gauss–Newton GEMM's, single precision
   Eigen::MatrixXf hBf_;  // a block's single-precision product
 };

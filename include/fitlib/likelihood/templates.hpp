@@ -3,10 +3,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
@@ -66,10 +69,59 @@ inline index_t held_row(const Model& m, BinRange bins) {
   return bins.begin - held.begin;
 }
 
+/// A template slice's cells grouped by process, and the systematics that act on each process: those
+/// with a non-zero (or NaN) logk, either part, in any of the process's cells. A cell is numbered by
+/// its place in the slice (bins in order, each bin's cells in order): first[i] + c.
+struct CellsByProcess {
+  std::vector<index_t> first;              // per bin, its first cell's number; then the number of cells
+  std::vector<index_t> syst_begin, systs;  // process p's systematics, ascending: systs[syst_begin[p], syst_begin[p + 1])
+  std::vector<index_t> cell_begin, bin, cell;  // process p's cells (bin i, cell c), in bin order: [cell_begin[p], cell_begin[p + 1])
+
+  index_t ncells() const { return first.back(); }
+  std::span<const index_t> systematics(index_t p) const {
+    return {systs.data() + syst_begin[static_cast<std::size_t>(p)], systs.data() + syst_begin[static_cast<std::size_t>(p + 1)]};
+  }
+
+  /// One pass over the slice's `nbins` bins (P processes, S systematics).
+  template <class Slice>
+  static CellsByProcess find(const Slice& tpl, index_t nbins, index_t P, index_t S) {
+    CellsByProcess out;
+    std::vector<std::uint8_t> used(static_cast<std::size_t>(P * S), 0);
+    out.first.assign(1, 0);
+    out.cell_begin.assign(static_cast<std::size_t>(P + 1), 0);
+    for (index_t i = 0; i < nbins; ++i) {
+      const index_t nc = tpl.cells(i);
+      for (index_t c = 0; c < nc; ++c) {
+        const index_t p = tpl.process(i, c);
+        tpl.mark_support(i, c, used.data() + p * S);
+        ++out.cell_begin[static_cast<std::size_t>(p + 1)];
+      }
+      out.first.push_back(out.first.back() + nc);
+    }
+    out.syst_begin.assign(1, 0);
+    for (index_t p = 0; p < P; ++p) {
+      for (index_t s = 0; s < S; ++s)
+        if (used[static_cast<std::size_t>(p * S + s)]) out.systs.push_back(s);
+      out.syst_begin.push_back(static_cast<index_t>(out.systs.size()));
+      out.cell_begin[static_cast<std::size_t>(p + 1)] += out.cell_begin[static_cast<std::size_t>(p)];
+    }
+    out.bin.resize(static_cast<std::size_t>(out.ncells()));
+    out.cell.resize(out.bin.size());
+    std::vector<index_t> next(out.cell_begin.begin(), out.cell_begin.end() - 1);
+    for (index_t i = 0; i < nbins; ++i)
+      for (index_t c = 0; c < tpl.cells(i); ++c) {
+        const auto k = static_cast<std::size_t>(next[static_cast<std::size_t>(tpl.process(i, c))]++);
+        out.bin[k] = i;
+        out.cell[k] = c;
+      }
+    return out;
+  }
+};
+
 /// What a shard's passes need from the templates of its bins, for local bin i and its cell c
 /// (c < cells(i) ≤ nprocs): the cell's process and nominal yield, the forward products
 /// L[c + j·P] = row_c · C[:, j] for nf columns, the backward products acc[:, j] += Σ_c U[c + j·P]·row_c,
-/// and single rows for the dense Hessian and the yields.
+/// single rows for the dense Hessian and the yields, and which systematics a row has (mark_support).
 template <class Storage>
 class TemplateSlice;
 
@@ -105,6 +157,12 @@ class TemplateSlice<storage::Dense> {
   }
   /// out += alpha·H_c (the asymmetric half-difference part of the row).
   void add_half(index_t i, index_t c, double alpha, double* out) const { detail::axpy(alpha, row(i, c) + S_, out, S_); }
+  /// Sets used[s] for every systematic s with a non-zero (or NaN) entry in either part of the row.
+  void mark_support(index_t i, index_t c, std::uint8_t* used) const {
+    const double* r = row(i, c);
+    for (index_t k = 0; k < ncoef_; ++k)
+      if (r[k] != 0) used[k < S_ ? k : k - S_] = 1;
+  }
 
  private:
   const double* row(index_t i, index_t c) const { return logk_ + (i * P_ + c) * ncoef_; }
@@ -172,6 +230,11 @@ class TemplateSlice<storage::Sparse> {
   void add_half(index_t i, index_t c, double alpha, double* out) const {
     for_each(i, c, [&](index_t col, double v) {
       if (col >= S_) out[col - S_] += alpha * v;
+    });
+  }
+  void mark_support(index_t i, index_t c, std::uint8_t* used) const {
+    for_each(i, c, [&](index_t col, double v) {
+      if (v != 0) used[col < S_ ? col : col - S_] = 1;
     });
   }
   /// Bytes streamed by one pass over the bins: values, column indices, row offsets and cells.

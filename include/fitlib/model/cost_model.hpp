@@ -20,7 +20,10 @@ struct CostModel {
   static constexpr double bytes_per_flop = 0.6;
 
   double pass_bytes = 0;     ///< the dense templates one pass reads (nominal and logk values)
-  double hessian_flops = 0;  ///< the dense Hessian's GEMMs: nprocs + 1 rows per data bin, n² flops each
+  /// The dense Hessian's GEMMs as if every systematic acted on every process: nprocs + 1 rows per data
+  /// bin, n² flops each. An upper bound: the cells' rows cover only the systematics of their process
+  /// (Shard::hessian), which a rank holding part of the bins cannot count for all of them.
+  double hessian_flops = 0;
 
   /// One dense Hessian in passes over the templates.
   double hessian_passes() const { return pass_bytes > 0 ? hessian_flops * bytes_per_flop / pass_bytes : 0.0; }
