@@ -432,15 +432,17 @@ def fitlib_command(exe: Path, tensor: Path, result: Path, config: str, threads: 
 # * an HVP is one pass (forward K·v, the iterate's K·x reused from the forward cache, and the
 #   backward products in the same walk); GLTR, Steihaug CG and the EDM's CG ask for one direction
 #   per call, so one HVP = one pass;
-# * a dense Hessian is two passes, the bins and then the cells: each shard's hessian() walks the bins
-#   for the bin rows J_b (1 or 2 per bin × nparams columns, ~rows·n² flops for the lower triangle),
-#   then each process's cells for their effective rows E = K + H·diag(g') over the m_p systematics that
-#   act on the process (~cells·m_p² flops); those GEMMs, not the reads, are its cost at n in the
-#   hundreds, which is why the table also gives the Hessian's measured cost in passes (hessian_weight). The minimizer asks for the matrix alone at an iterate whose value and gradient it
-#   holds, and so does the postfit covariance at the last iterate (objective_with_bare_hessian); only a
-#   prefit Hessian (--preconditioning) comes with a value+gradient walk of its own, one pass more;
-# * a Gauss–Newton matrix (--minimizerMethod trust-gauss-newton) reads as a dense Hessian does, one
-#   pass, but its GEMMs cover one row per bin and no cells: its measured cost is gauss_newton_weight.
+# * a dense Hessian is two passes where it has a cell term (log-normal systematics, as in every tensor
+#   here, or full-mode multiplicative β; one pass without): each shard's hessian() walks the bins for
+#   the bin rows J_b (1 or 2 per bin × nparams columns, ~rows·n² flops for the lower triangle), then
+#   each process's cells for their effective rows E = K + H·diag(g') over the m_p systematics that act
+#   on the process (~cells·m_p² flops); those GEMMs, not the reads, are its cost at n in the hundreds,
+#   which is why the table also gives the Hessian's measured cost in passes (hessian_weight). The
+#   minimizer asks for the matrix alone at an iterate whose value and gradient it holds, and so does
+#   the postfit covariance at the last iterate (objective_with_bare_hessian); only a prefit Hessian
+#   (--preconditioning) comes with a value+gradient walk of its own, one pass more;
+# * a Gauss–Newton matrix (--minimizerMethod trust-gauss-newton) reads as the dense Hessian's bin rows
+#   do, one pass, and has no cell term: its measured cost is gauss_newton_weight.
 # The counts include the postfit Hessian (1) and, with --preconditioning, the prefit one.
 PASS_WEIGHTS = dict(value=1, gradient_with_its_value=0, gradient_alone=1, hvp=1, hessian=2, gauss_newton=1, prefit_hessian_value=1)
 PASS_WEIGHTS_TEXT = ("passes = max(values, gradients) + HVPs + 2 x Hessians + Gauss-Newton matrices (+ 1 with --preconditioning) "

@@ -81,10 +81,11 @@ struct LikelihoodOptions {
   /// The Gauss–Newton matrix (Curvature::gauss_newton) from single-precision GEMMs: twice the rate of
   /// double's on AVX2. The matrix is a trust region's model and a preconditioner, never an answer
   /// (values, gradients, HVPs and the exact Hessian stay double), so its rounding moves steps, not the
-  /// minimum they reach. Each block's rows are scaled by powers of two into float's range, its product
-  /// is computed in float and added to the matrix in double, so that rounding does not accumulate
-  /// over blocks: below 1e-6 of the largest entry on the tests' models. A block with a non-finite entry
-  /// takes the double product. `false`: double throughout.
+  /// minimum they reach. Each block's rows M and weighted rows D·M are scaled by a power of two each into
+  /// float's range (an entry more than float's range below its block's largest rounds to zero), their
+  /// product is computed in float and added to the matrix in double, so that rounding does not
+  /// accumulate over blocks: below 1e-6 of the largest entry on the tests' models. A block with a
+  /// non-finite entry takes the double product. `false`: double throughout.
   bool single_precision_gauss_newton = true;
   /// Bin-by-bin template statistics.
   BinByBinOptions bin_by_bin = {};

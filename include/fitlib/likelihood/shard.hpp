@@ -369,9 +369,10 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
         }
       }
       if (single && M.allFinite() && DM.allFinite()) {
-        // The Gauss–Newton matrix in single precision: M and DM scaled by powers of two to order one (exact), so
-        // that float's range holds any block; the block's float product is added to H in double, so that its
-        // rounding does not accumulate over blocks. A block with a non-finite entry takes the double product.
+        // The Gauss–Newton matrix in single precision: M and DM scaled by a power of two each to order one (exact),
+        // so that float's range holds the block's largest entries; the block's float product is added to H in
+        // double, so that its rounding does not accumulate over blocks. A block with a non-finite entry takes the
+        // double product.
         const double am = M.cwiseAbs().maxCoeff(), ad = DM.cwiseAbs().maxCoeff();
         if (am == 0 || ad == 0) continue;
         const double sm = std::ldexp(1.0, -std::ilogb(am)), sd = std::ldexp(1.0, -std::ilogb(ad));

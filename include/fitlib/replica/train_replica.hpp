@@ -39,7 +39,8 @@ struct TrainingOptions {
   std::shared_ptr<const PositivityPenalty> positivity;
   /// The penalty's multiplier: `positivity_initial`, times `positivity_growth` every
   /// `positivity_every` iterations (n3fit's schedule, §3.4) and whenever the minimiser converges
-  /// before it reached `positivity_max`, so that a replica ends at the full multiplier.
+  /// before it reached `positivity_max`, except at the iteration limit and when the minimiser
+  /// converged at once after the last growth (the replica then ends below the maximum).
   double positivity_initial = 1;
   double positivity_growth = 10;
   index_t positivity_every = 10;
@@ -48,7 +49,7 @@ struct TrainingOptions {
   /// `patience` iterations to improve on the best state). `false` is n3fit's: its positivity callback
   /// and its early stopping never meet, so a schedule that keeps the multiplier changing (every
   /// `positivity_every` iterations, with `positivity_max` = +∞ until the multiplier overflows)
-  /// still ends on patience (or on the minimiser's convergence, each of which grows it once more).
+  /// still ends on patience (or on the minimiser's convergence at once after a growth).
   bool positivity_restarts_patience = true;
   /// The veto at the kept state: every positivity observable ≥ −tolerance (relative to its prefit yield).
   double positivity_tolerance = 1e-6;
@@ -104,7 +105,8 @@ inline void require_stepwise(const TrustRegionOptions& o) {
 /// `opts.patience` iterations without improvement (with `opts.validation_fraction` > 0), or when the
 /// minimiser stops. `set_multiplier(λ)` (empty: no positivity) sets the positivity multiplier of f:
 /// it starts at `opts.positivity_initial` (set it before), grows on the schedule, and whenever the
-/// minimiser converges before the maximum (the minimiser then restarts at its current point and
+/// minimiser converges before the maximum but not at once after the last growth, nor at the iteration
+/// limit (the minimiser then restarts at its current point and
 /// radius on the new objective, and patience starts again unless `opts.positivity_restarts_patience`
 /// is false). The minimiser's iteration limit bounds the replica's iterations in all, restarts
 /// included. `res` gets the kept state: `x`, `best_iteration`, the status (`converged_callback`
