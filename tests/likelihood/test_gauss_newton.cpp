@@ -188,7 +188,9 @@ TEST_CASE("the single-precision Gauss–Newton matrix is the double one to singl
   const auto mode = GENERATE(BinByBinMode::lite, BinByBinMode::full);
   const auto term = GENERATE(DataTerm::poisson, DataTerm::chisq, DataTerm::covariance);
   const bool asymmetric = GENERATE(false, true);
-  INFO((mode == BinByBinMode::lite ? "lite, " : "full, ") << static_cast<int>(term) << (asymmetric ? ", asymmetric" : ", symmetric"));
+  const index_t block_rows = GENERATE(index_t{256}, index_t{4});  // one block, or ten and more added in double
+  INFO((mode == BinByBinMode::lite ? "lite, " : "full, ") << static_cast<int>(term) << (asymmetric ? ", asymmetric" : ", symmetric")
+                                                          << ", blocks of " << block_rows);
   Model model = [&] {
     if (term == DataTerm::covariance) return test::covariance_model(true);
     test::RandomModelSpec spec;
@@ -203,6 +205,7 @@ TEST_CASE("the single-precision Gauss–Newton matrix is the double one to singl
   LikelihoodOptions single, dbl;
   single.data_term = dbl.data_term = term;
   single.bin_by_bin.mode = dbl.bin_by_bin.mode = mode;
+  single.hessian_block_rows = dbl.hessian_block_rows = block_rows;
   if (term == DataTerm::covariance) single.bin_by_bin.type = dbl.bin_by_bin.type = BinByBinType::normal_additive;
   dbl.single_precision_gauss_newton = false;
   REQUIRE(single.single_precision_gauss_newton);  // the default
@@ -220,6 +223,29 @@ TEST_CASE("the single-precision Gauss–Newton matrix is the double one to singl
     // The exact Hessian does not depend on the option.
     CHECK(curvature(a, x, Curvature::exact) == curvature(b, x, Curvature::exact));
   }
+}
+
+TEST_CASE("the single-precision Gauss–Newton matrix of yields near double's underflow is the double one", "[likelihood][gauss-newton]") {
+  // With χ² the weight 1/σ² does not grow as the yields shrink. At ν ~ 1e-310 (subnormal) a block's float scale
+  // 2^−ilogb would be 2^1030, beyond double's range: such blocks take the double product. At 1e-300 the float
+  // path's products underflow to zero as the double ones do.
+  const double scale = GENERATE(1e-300, 1e-310);
+  INFO("yields scaled by " << scale);
+  test::RandomModelSpec spec;
+  spec.bins = 12;
+  spec.absent_cells = false;
+  Model model = test::random_model(spec);
+  test::add_data_variances(model);
+  for (double& nu : model.dense()->nominal) nu *= scale;
+  LikelihoodOptions single, dbl;
+  single.data_term = dbl.data_term = DataTerm::chisq;
+  single.bin_by_bin.enabled = dbl.bin_by_bin.enabled = false;
+  dbl.single_precision_gauss_newton = false;
+  SerialLikelihood a(model, {}, single), b(model, {}, dbl);
+  const std::vector<double> x = test::test_point(model, 1, false);
+  const std::vector<double> GNs = curvature(a, x, Curvature::gauss_newton), GNd = curvature(b, x, Curvature::gauss_newton);
+  CHECK(Eigen::Map<const Eigen::VectorXd>(GNs.data(), static_cast<index_t>(GNs.size())).allFinite());
+  CHECK(GNs == GNd);
 }
 
 TEST_CASE("the matrix alone is the matrix that comes with a value and gradient, bit for bit", "[likelihood][gauss-newton][hessian]") {

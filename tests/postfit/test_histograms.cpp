@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "fitlib/fit.hpp"
 #include "fitlib/postfit/histograms.hpp"
@@ -152,13 +153,10 @@ void check_histograms(Lik& lik, const FitResult& r) {
     CHECK(hp.prefit_process_variance[c] == Approx(pre_p[c]).epsilon(1e-6).margin(1e-9 * h.prefit_variance[c / static_cast<std::size_t>(h.nprocs)]));
     CHECK(hp.postfit_process_variance[c] == Approx(post_p[c]).epsilon(1e-6).margin(1e-9 * h.postfit_variance[c / static_cast<std::size_t>(h.nprocs)]));
   }
-  // Each channel's covariance (HistogramOptions::covariance): the same variances to rounding (they are propagated
-  // by whole channels, in other blocks of bins), and the blocks of J·C·Jᵀ.
+  // Each channel's covariance (HistogramOptions::covariance): the same variances, bit for bit, and the blocks of J·C·Jᵀ.
   const Histograms hc = histograms(lik, r, {.covariance = true});
-  for (std::size_t b = 0; b < h.postfit_variance.size(); ++b) {
-    CHECK(hc.prefit_variance[b] == Approx(h.prefit_variance[b]).epsilon(1e-13));
-    CHECK(hc.postfit_variance[b] == Approx(h.postfit_variance[b]).epsilon(1e-13));
-  }
+  CHECK(hc.prefit_variance == h.prefit_variance);
+  CHECK(hc.postfit_variance == h.postfit_variance);
   check_channel_blocks(m, hc.prefit_covariance, pre, 1e-6);
   check_channel_blocks(m, hc.postfit_covariance, post, 1e-6);
   // Variations (HistogramOptions::variations): ν ∓ J_i·σ_i, σ prefit 1/√w or 1, postfit √C_ii.
@@ -191,6 +189,41 @@ TEMPLATE_TEST_CASE("histograms: every policy, three blocks of directions, varian
   REQUIRE(r.converged());
   REQUIRE(r.covariance_status == CovarianceStatus::accurate);
   check_histograms(lik, r);
+}
+
+TEST_CASE("histograms: blocks of bins stay within a channel, and a channel's covariance is gathered from its blocks", "[postfit][histograms]") {
+  Model m;
+  m.channels = {{"a", 5, false}, {"b", 3, true}};
+  // 2 bins a block: 64 MiB of Jacobian at 4 Mi columns.
+  const std::vector<BinRange> blocks = detail::jacobian_blocks(m, index_t{1} << 22);
+  const std::vector<std::pair<index_t, index_t>> want = {{0, 2}, {2, 4}, {4, 5}, {5, 7}, {7, 8}};
+  REQUIRE(blocks.size() == want.size());
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    CHECK(blocks[k].begin == want[k].first);
+    CHECK(blocks[k].end == want[k].second);
+  }
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd Y(3, 8);
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t b = 0; b < 8; ++b) Y(i, b) = normal(rng);
+  std::vector<double> var(8);
+  for (index_t b = 0; b < 8; ++b) var[static_cast<std::size_t>(b)] = Y.col(b).squaredNorm() + 0.5;  // plus β's own
+  std::vector<std::vector<double>> out;
+  detail::ChannelCovariance cov(m, out);
+  for (const BinRange& blk : blocks) cov.add(blk, Y.middleCols(blk.begin, blk.size()), var);
+  REQUIRE(out.size() == 2);
+  for (index_t c = 0, b0 = 0; c < 2; b0 += m.channels[static_cast<std::size_t>(c)].nbins, ++c) {
+    const index_t nb = m.channels[static_cast<std::size_t>(c)].nbins;
+    REQUIRE(out[static_cast<std::size_t>(c)].size() == static_cast<std::size_t>(nb * nb));
+    const Eigen::MatrixXd gram = Y.middleCols(b0, nb).transpose() * Y.middleCols(b0, nb);
+    for (index_t i = 0; i < nb; ++i)
+      for (index_t j = 0; j < nb; ++j) {
+        const double got = out[static_cast<std::size_t>(c)][static_cast<std::size_t>(i * nb + j)];
+        if (i == j) CHECK(got == var[static_cast<std::size_t>(b0 + i)]);
+        else CHECK(got == Approx(gram(i, j)).epsilon(1e-14));
+      }
+  }
 }
 
 TEST_CASE("histograms: yields per process and summed, variances as J·C·Jᵀ with a finite-difference J", "[postfit][histograms]") {

@@ -371,19 +371,21 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
       if (single && M.allFinite() && DM.allFinite()) {
         // The Gauss–Newton matrix in single precision: M and DM scaled by a power of two each to order one (exact),
         // so that float's range holds the block's largest entries; the block's float product is added to H in
-        // double, so that its rounding does not accumulate over blocks. A block with a non-finite entry takes the
-        // double product.
+        // double, so that its rounding does not accumulate over blocks. A block with a non-finite entry, or one
+        // whose scale is beyond double's own range (subnormal or near-overflow entries), takes the double product.
         const double am = M.cwiseAbs().maxCoeff(), ad = DM.cwiseAbs().maxCoeff();
         if (am == 0 || ad == 0) continue;
-        const double sm = std::ldexp(1.0, -std::ilogb(am)), sd = std::ldexp(1.0, -std::ilogb(ad));
-        auto Mf = hMf_.topRows(rows);
-        auto DMf = hDMf_.topRows(rows);
-        Mf = (sm * M).template cast<float>();
-        DMf = (sd * DM).template cast<float>();
-        hBf_.setZero();
-        hBf_.template triangularView<Eigen::Lower>() += Mf.transpose() * DMf;
-        H.template triangularView<Eigen::Lower>() += (1.0 / (sm * sd)) * hBf_.template cast<double>();
-        continue;
+        const int em = std::ilogb(am), ed = std::ilogb(ad);
+        if (std::abs(em) < 1000 && std::abs(ed) < 1000) {
+          auto Mf = hMf_.topRows(rows);
+          auto DMf = hDMf_.topRows(rows);
+          Mf = (std::ldexp(1.0, -em) * M).template cast<float>();
+          DMf = (std::ldexp(1.0, -ed) * DM).template cast<float>();
+          hBf_.setZero();
+          hBf_.template triangularView<Eigen::Lower>() += Mf.transpose() * DMf;
+          H.template triangularView<Eigen::Lower>() += std::ldexp(1.0, ed) * (std::ldexp(1.0, em) * hBf_.template cast<double>());
+          continue;
+        }
       }
       H.template triangularView<Eigen::Lower>() += M.transpose() * DM;
     }

@@ -52,8 +52,8 @@ struct Histograms {
   /// processes of a bin together, so β's shares are fully correlated between them.
   std::vector<double> prefit_process_variance, postfit_process_variance;
   /// With HistogramOptions::covariance (rabbit's --computeHistCov), per channel (Model::channels' order, masked ones
-  /// included) the covariance of its summed yields, `[bins × bins]` row-major, its diagonal the variances above (to
-  /// rounding); empty otherwise. Bins of different channels are correlated too, through the parameters; these blocks
+  /// included) the covariance of its summed yields, `[bins × bins]` row-major, its diagonal the variances above (the
+  /// same numbers); empty otherwise. Bins of different channels are correlated too, through the parameters; these blocks
   /// leave that out, as rabbit's per-channel histograms do.
   std::vector<std::vector<double>> prefit_covariance, postfit_covariance;
   /// With HistogramOptions::variations (rabbit's --computeVariations): each bin's summed yield with each parameter
@@ -83,18 +83,17 @@ struct HistogramOptions {
 
 namespace detail {
 
-/// The blocks of bins `histograms` propagates at once: each channel whole when its covariance is wanted, else runs
-/// of at most 64 MiB of Jacobian, so that the memory stays bounded whatever the number of bins.
-inline std::vector<BinRange> jacobian_blocks(const Model& m, index_t n, bool by_channel) {
+/// The blocks of bins `histograms` propagates at once: runs of at most 64 MiB of Jacobian (`n` columns) within each
+/// channel, so that the memory stays bounded whatever the number of bins, and a channel's covariance is gathered
+/// from the same blocks as the variances (ChannelCovariance).
+inline std::vector<BinRange> jacobian_blocks(const Model& m, index_t n) {
   std::vector<BinRange> blocks;
-  if (by_channel) {
-    index_t b0 = 0;
-    for (const Channel& c : m.channels) blocks.push_back({b0, b0 += c.nbins});
-    return blocks;
+  const index_t block = std::max<index_t>(static_cast<index_t>((std::size_t{64} << 20) / sizeof(double)) / std::max<index_t>(n, 1), 1);
+  index_t c0 = 0;
+  for (const Channel& c : m.channels) {
+    for (index_t b0 = c0; b0 < c0 + c.nbins; b0 += block) blocks.push_back({b0, std::min(b0 + block, c0 + c.nbins)});
+    c0 += c.nbins;
   }
-  const index_t bf = m.nbins_full();
-  const index_t block = std::clamp<index_t>(static_cast<index_t>((std::size_t{64} << 20) / sizeof(double)) / std::max<index_t>(n, 1), 1, bf);
-  for (index_t b0 = 0; b0 < bf; b0 += block) blocks.push_back({b0, std::min(b0 + block, bf)});
   return blocks;
 }
 
@@ -129,7 +128,7 @@ std::vector<double> process_variances(Lik& lik, std::span<const double> x, bool 
   const index_t P = m.nprocs();
   std::vector<double> var(static_cast<std::size_t>(m.nbins_full() * P)), prior(static_cast<std::size_t>(P));
   for_jacobian_blocks(
-      lik, x, profiled, jacobian_blocks(m, lik.size() * P, false),
+      lik, x, profiled, jacobian_blocks(m, lik.size() * P),
       [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
         const Eigen::VectorXd v = form(J);
         for (index_t b = blk.begin; b < blk.end; ++b) {
@@ -166,23 +165,47 @@ inline double prior_beta_variance(const BinByBinStats& st, const std::vector<dou
   return beta_variance(st, b, nu.data() + b * st.nprocs, st.nprocs, st.beta0.data() + b * st.per_bin(), 0.0);
 }
 
-/// Writes a block's variances into `var_out`, and its covariance into `cov_out` (one more channel) when that is not
-/// null: the parameters' part `var` / `cov` (`[bins × bins]`) plus β's own, `bvar` in the data bins and its prior
-/// from `first_prior` on.
-inline void store_block(const BinRange& blk, const Eigen::VectorXd& var, Eigen::MatrixXd cov, const std::vector<double>& bvar,
-                        const BinByBinStats& st, const std::vector<double>& nu, index_t first_prior, std::vector<double>& var_out,
-                        std::vector<std::vector<double>>* cov_out) {
+/// Each channel's covariance (Histograms::prefit_covariance, postfit_covariance) from the blocks of its bins in order
+/// (jacobian_blocks): `add` takes a block's factor Y (`[k × bins]`, its covariance the Gram matrix YᵀY) and its
+/// variances (the columns' squared norms plus β's own), and at the channel's last bin its YᵀY, the diagonal those
+/// variances, goes to `out`.
+class ChannelCovariance {
+ public:
+  ChannelCovariance(const Model& m, std::vector<std::vector<double>>& out) : m_(&m), out_(&out) {}
+
+  void add(const BinRange& blk, const Eigen::MatrixXd& Y, const std::vector<double>& var) {
+    const Channel& c = m_->channels[static_cast<std::size_t>(channel_)];
+    if (Yc_.cols() == 0) Yc_.resize(Y.rows(), c.nbins);
+    Yc_.middleCols(blk.begin - first_, blk.size()) = Y;
+    if (blk.end < first_ + c.nbins) return;
+    Eigen::MatrixXd cov = Yc_.transpose() * Yc_;
+    for (index_t b = 0; b < c.nbins; ++b) cov(b, b) = var[static_cast<std::size_t>(first_ + b)];
+    std::vector<double> rows(static_cast<std::size_t>(c.nbins * c.nbins));
+    Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(rows.data(), c.nbins, c.nbins) = cov;
+    out_->push_back(std::move(rows));
+    first_ += c.nbins;
+    ++channel_;
+    Yc_.resize(0, 0);
+  }
+
+ private:
+  const Model* m_;
+  std::vector<std::vector<double>>* out_;
+  index_t channel_ = 0, first_ = 0;  // the channel being gathered and its first bin
+  Eigen::MatrixXd Yc_;
+};
+
+/// Writes a block's variances into `var_out`: the parameters' part `var` plus β's own, `bvar` in the data bins and
+/// its prior from `first_prior` on; and, with `cov`, the block's factor `Y` (ChannelCovariance::add).
+inline void store_block(const BinRange& blk, const Eigen::VectorXd& var, const std::vector<double>& bvar, const BinByBinStats& st,
+                        const std::vector<double>& nu, index_t first_prior, std::vector<double>& var_out, ChannelCovariance* cov,
+                        const Eigen::MatrixXd& Y) {
   for (index_t b = 0; b < blk.size(); ++b) {
     const index_t g = blk.begin + b;
     const double own = bvar[static_cast<std::size_t>(b)] + (g >= first_prior ? prior_beta_variance(st, nu, g) : 0.0);
     var_out[static_cast<std::size_t>(g)] = var(b) + own;
-    if (cov_out) cov(b, b) += own;
   }
-  if (cov_out) {
-    std::vector<double> rows(static_cast<std::size_t>(blk.size() * blk.size()));
-    Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(rows.data(), blk.size(), blk.size()) = cov;
-    cov_out->push_back(std::move(rows));
-  }
+  if (cov) cov->add(blk, Y, var_out);
 }
 
 /// Writes a block's variations into `out` (`[nbins × n × 2]`, Histograms' variations): the summed yields `total`
@@ -392,7 +415,7 @@ BetaShare beta_share(Lik& lik, std::span<const double> x, const Eigen::MatrixXd&
     out.gram.selfadjointView<Eigen::Lower>().rankUpdate(G.transpose());
   };
   std::vector<BinRange> blocks;
-  for (const BinRange& blk : jacobian_blocks(m, lik.size() * rows_per_bin, false))
+  for (const BinRange& blk : jacobian_blocks(m, lik.size() * rows_per_bin))
     if (blk.begin < nd) blocks.push_back({blk.begin, std::min(blk.end, nd)});
   if (!mult) {
     for (const BinRange& blk : blocks) add(blk, static_cast<const Eigen::MatrixXd*>(nullptr));
@@ -505,7 +528,7 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
   const std::vector<double> x0 = lik.default_parameters(), nu0 = lik.yields(x0);
   h.prefit = detail::with_beta(st, nu0, {}, nb);
   h.prefit_total = detail::process_sums(h.prefit, bf, np);
-  const std::vector<BinRange> blocks = detail::jacobian_blocks(m, n, opts.covariance);
+  const std::vector<BinRange> blocks = detail::jacobian_blocks(m, n);
   // Prefit, C = diag(1/w) over the constrained nuisances: var_b = Σ_s J_bs²/w_s, β at β₀ with its prior.
   const Eigen::VectorXd c0 = detail::prior_variances(m);
   // Variations' σ prefit (rabbit's prefit covariance with unit errors for the unconstrained): the POIs do not move.
@@ -516,15 +539,12 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
   }
   h.prefit_variance.assign(static_cast<std::size_t>(bf), 0.0);
   Eigen::MatrixXd Jd(opts.chi2 ? nb : 0, n);  // the data bins' rows of J, for the χ²
+  detail::ChannelCovariance prefit_cov(m, h.prefit_covariance);
   detail::for_jacobian_blocks(lik, x0, false, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
     if (opts.chi2) detail::gather_data_rows(blk, J, nb, Jd);
-    Eigen::MatrixXd cov;
-    if (opts.covariance) {
-      const Eigen::MatrixXd js = J * c0.cwiseSqrt().asDiagonal();
-      cov.noalias() = js * js.transpose();
-    }
-    detail::store_block(blk, J.array().square().matrix() * c0, std::move(cov), bvar, st, nu0, 0, h.prefit_variance,
-                        opts.covariance ? &h.prefit_covariance : nullptr);
+    Eigen::MatrixXd Y;  // (J·diag(√c0))ᵀ: J·C·Jᵀ = YᵀY
+    if (opts.covariance) Y = (J * c0.cwiseSqrt().asDiagonal()).transpose();
+    detail::store_block(blk, J.array().square().matrix() * c0, bvar, st, nu0, 0, h.prefit_variance, opts.covariance ? &prefit_cov : nullptr, Y);
     if (opts.variations) detail::store_variations(blk, J, h.prefit_total, sigma0, h.prefit_variations);  // β at β₀: this J
   });
   if (opts.chi2) {
@@ -563,7 +583,7 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     Eigen::VectorXd sigma(n);
     for (index_t i = 0; i < n; ++i) sigma(i) = std::sqrt(std::max(0.0, r.covariance[static_cast<std::size_t>(i * n + i)]));
     detail::HeldBeta<Lik> held(lik, beta_hat);
-    detail::for_jacobian_blocks(lik, r.x, true, detail::jacobian_blocks(m, n, false), [&](const BinRange& blk, const auto& J, const std::vector<double>&) {
+    detail::for_jacobian_blocks(lik, r.x, true, detail::jacobian_blocks(m, n), [&](const BinRange& blk, const auto& J, const std::vector<double>&) {
       detail::store_variations(blk, J, h.postfit_total, sigma, h.postfit_variations);
     });
     held.release();
@@ -575,13 +595,11 @@ Histograms histograms(Lik& lik, const FitResult& r, const HistogramOptions& opts
     return y;
   };
   h.postfit_variance.assign(static_cast<std::size_t>(bf), 0.0);
+  detail::ChannelCovariance postfit_cov(m, h.postfit_covariance);
   detail::for_jacobian_blocks(lik, r.x, true, blocks, [&](const BinRange& blk, const auto& J, const std::vector<double>& bvar) {
     if (opts.chi2) detail::gather_data_rows(blk, J, nb, Jd);
     const Eigen::MatrixXd y = halfway(J);
-    Eigen::MatrixXd cov;
-    if (opts.covariance) cov.noalias() = y.transpose() * y;
-    detail::store_block(blk, y.colwise().squaredNorm().transpose(), std::move(cov), bvar, st, nu, nb, h.postfit_variance,
-                        opts.covariance ? &h.postfit_covariance : nullptr);
+    detail::store_block(blk, y.colwise().squaredNorm().transpose(), bvar, st, nu, nb, h.postfit_variance, opts.covariance ? &postfit_cov : nullptr, y);
   });
   if (opts.process_variances)
     h.postfit_process_variance = detail::process_variances(lik, r.x, true, st, nu, nb, [&](const auto& J) -> Eigen::VectorXd {

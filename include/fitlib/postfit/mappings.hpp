@@ -433,7 +433,7 @@ std::pair<Eigen::MatrixXd, Eigen::VectorXd> full_jacobian(Lik& lik, std::span<co
   const index_t n = lik.size(), bf = m.nbins_full();
   Eigen::MatrixXd J(bf, n);
   Eigen::VectorXd own(bf);
-  for_jacobian_blocks(lik, x, profiled, jacobian_blocks(m, n, false), [&](const BinRange& blk, const auto& Jb, const std::vector<double>& bvar) {
+  for_jacobian_blocks(lik, x, profiled, jacobian_blocks(m, n), [&](const BinRange& blk, const auto& Jb, const std::vector<double>& bvar) {
     J.middleRows(blk.begin, blk.size()) = Jb;
     for (index_t b = blk.begin; b < blk.end; ++b)
       own(b) = bvar[static_cast<std::size_t>(b - blk.begin)] + (b >= first_prior ? prior_beta_variance(st, nu, b) : 0.0);
