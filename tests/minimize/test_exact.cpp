@@ -10,6 +10,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fitlib/minimize/exact.hpp"
@@ -526,4 +527,102 @@ TEST_CASE("Exact rejects misuse and reports a non-finite iterate as failed", "[m
   step = exact.solve(1.0, no_hvp, p);
   CHECK(step.failed);
   CHECK(exact.niter() == 0);
+}
+
+TEST_CASE("Exact with a single-precision factor: steps refined to double's, double's factor where single's is not enough",
+          "[minimize][exact]") {
+  const ExactOptions single{.single_precision_factor = true};
+  SECTION("an H not declared semidefinite (∇²f) is factorised in double: every recorded case bit for bit") {
+    const auto ref = load_reference("scipy-trust-region/subproblem_cases.json");
+    for (const auto& c : ref.at("cases")) {
+      const Vec H = to_col_major(c.at("H")), g = to_vector(c.at("g"));
+      const auto n = static_cast<index_t>(g.size());
+      Exact with(single), without;
+      with.reset(n);
+      without.reset(n);
+      with.new_iterate(g, ConstBlockView<double>(H.data(), n, n));
+      without.new_iterate(g, ConstBlockView<double>(H.data(), n, n));
+      Vec p(static_cast<std::size_t>(n)), q(p.size());
+      for (double radius : to_vector(c.at("radii"))) {
+        INFO(c.at("name").get<std::string>() << ", radius " << radius);
+        const SubproblemStep a = with.solve(radius, no_hvp, p), b = without.solve(radius, no_hvp, q);
+        CHECK(p == q);
+        CHECK(a.model == b.model);
+        for (const CholeskyAttempt& t : with.cholesky_attempts()) CHECK_FALSE(t.single);
+      }
+    }
+  }
+  // A positive definite H of n = 300 (Eigen's blocked factorisation) with eigenvalues from 1 to 10^decades.
+  const index_t n = 300;
+  auto spd = [&](double decades) {
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> normal;
+    Eigen::MatrixXd a(n, n);
+    for (index_t j = 0; j < n; ++j)
+      for (index_t i = 0; i < n; ++i) a(i, j) = normal(rng);
+    const Eigen::MatrixXd q = Eigen::HouseholderQR<Eigen::MatrixXd>(a).householderQ();
+    Eigen::VectorXd d(n);
+    for (index_t i = 0; i < n; ++i) d[i] = std::pow(10.0, decades * static_cast<double>(i) / static_cast<double>(n - 1));
+    const Eigen::MatrixXd h = q * d.asDiagonal() * q.transpose();
+    Vec out(static_cast<std::size_t>(n * n)), g(static_cast<std::size_t>(n));
+    for (index_t j = 0; j < n; ++j)
+      for (index_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i + j * n)] = 0.5 * (h(i, j) + h(j, i));
+    for (auto& v : g) v = normal(rng);
+    return std::pair{out, g};
+  };
+  auto solve = [&](const Vec& H, const Vec& g, double radius, ExactOptions options, Vec& p) {
+    Exact exact(options);
+    exact.reset(n);
+    exact.new_iterate(g, ConstBlockView<double>(H.data(), n, n), /*semidefinite=*/true);
+    p.assign(static_cast<std::size_t>(n), 0.0);
+    const SubproblemStep step = exact.solve(radius, no_hvp, p);
+    return std::pair{step, std::vector<CholeskyAttempt>(exact.cholesky_attempts().begin(), exact.cholesky_attempts().end())};
+  };
+  /// ‖(H + λI)p + g‖_∞ over the refinement's bound n·eps·(‖H‖_∞ + λ)·‖p‖_∞ (ExactOptions::single_precision_factor).
+  auto residual = [&](const Vec& H, const Vec& g, double lambda, const Vec& p) {
+    const Eigen::Map<const Eigen::VectorXd> pv(p.data(), n), gv(g.data(), n);
+    const Eigen::MatrixXd h = to_eigen(H, n);
+    const double bound = static_cast<double>(n) * std::numeric_limits<double>::epsilon() *
+                         (h.cwiseAbs().rowwise().sum().maxCoeff() + lambda) * pv.cwiseAbs().maxCoeff();
+    return (h * pv + lambda * pv + gv).cwiseAbs().maxCoeff() / bound;
+  };
+  SECTION("a condition number of 10^4: the Newton step from the single factor is double's to rounding") {
+    const auto [H, g] = spd(4);
+    Vec ps, pd;
+    const auto [ss, as] = solve(H, g, 1e10, single, ps);
+    const auto [sd, ad] = solve(H, g, 1e10, {}, pd);
+    REQUIRE(as.size() == 1);
+    CHECK(as[0].single);
+    CHECK_FALSE(ad[0].single);
+    CHECK_FALSE(ss.hits_boundary);
+    CHECK(rel_diff(ps, pd) < 1e-10);
+    CHECK(std::abs(ss.model - sd.model) <= 1e-12 * std::abs(sd.model));
+  }
+  SECTION("condition numbers of 10^4 and 10^5 on the boundary: single factors only, (H + λI)p = −g to the refinement's bound") {
+    const double decades = GENERATE(4.0, 5.0);
+    const auto [H, g] = spd(decades);
+    Vec pn, ps;
+    solve(H, g, 1e10, {}, pn);
+    // Radii where λ is below, near and above H's eigenvalues' range.
+    for (double fraction : {0.5, 0.1, 1e-3}) {
+      const double radius = fraction * norm(pn);
+      INFO("10^" << decades << ", radius " << fraction << "·‖p_N‖");
+      const auto [ss, as] = solve(H, g, radius, single, ps);
+      CHECK(ss.hits_boundary);
+      CHECK(std::all_of(as.begin(), as.end(), [](const CholeskyAttempt& a) { return a.single; }));
+      CHECK(std::abs(norm(ps) - radius) <= 0.1 * radius);
+      CHECK(residual(H, g, ss.lambda, ps) <= 2);  // the bound, and the rounding of this check's own product
+      CHECK(ss.model <= 0.96 * global_solution(H, g, radius).model);
+    }
+  }
+  SECTION("a condition number of 10^12, beyond single precision: double's factor, and bit for bit double's step") {
+    const auto [H, g] = spd(12);
+    Vec ps, pd;
+    const auto [ss, as] = solve(H, g, 1e30, single, ps);
+    const auto [sd, ad] = solve(H, g, 1e30, {}, pd);
+    REQUIRE(as.size() == 1);
+    CHECK_FALSE(as[0].single);
+    CHECK(ps == pd);
+    CHECK(ss.model == sd.model);
+  }
 }

@@ -3,9 +3,14 @@
 // independent computations.
 #include <catch2/catch.hpp>
 
+#include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
+#include <random>
 
+#include "fitlib/detail/spd_inverse.hpp"
 #include "fitlib/fit.hpp"
 #include "fitlib/postfit/gof.hpp"
 #include "fitlib/postfit/impacts.hpp"
@@ -337,4 +342,27 @@ TEST_CASE("postfit: a squared POI's μ = x² and 2|x|σ equal the fit of μ itse
   CHECK(a.value == Approx(b.value).epsilon(1e-7));
   CHECK(a.uncertainty == Approx(b.uncertainty).epsilon(1e-6));
   CHECK_THROWS_WITH(signal_strength(sq, static_cast<index_t>(sq.x.size()), squared_nll.options()), Catch::Contains("not a parameter"));
+}
+
+TEST_CASE("postfit: the inverse from the Cholesky factor in dpotri's order is H⁻¹, symmetric to the bit",
+          "[postfit][covariance]") {
+  // Sizes across the recursion's base case (32) and odd halves; eigenvalues from 1 to 10^4.
+  const auto n = GENERATE(1, 5, 32, 33, 100, 257);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(n));
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd a(n, n);
+  for (index_t j = 0; j < n; ++j)
+    for (index_t i = 0; i < n; ++i) a(i, j) = normal(rng);
+  const Eigen::MatrixXd q = Eigen::HouseholderQR<Eigen::MatrixXd>(a).householderQ();
+  Eigen::VectorXd d(n);
+  for (index_t i = 0; i < n; ++i) d[i] = std::pow(10.0, 4.0 * static_cast<double>(i) / std::max(1.0, static_cast<double>(n - 1)));
+  Eigen::MatrixXd h = q * d.asDiagonal() * q.transpose();
+  h = 0.5 * (h + h.transpose()).eval();
+  const Eigen::LLT<Eigen::MatrixXd> llt(h);
+  REQUIRE(llt.info() == Eigen::Success);
+  const Eigen::MatrixXd c = detail::inverse_from_cholesky(llt);
+  const Eigen::MatrixXd reference = llt.solve(Eigen::MatrixXd::Identity(n, n));
+  CHECK(c == c.transpose());
+  CHECK((c - reference).cwiseAbs().maxCoeff() <= 1e-11 * reference.cwiseAbs().maxCoeff());
+  CHECK((h * c - Eigen::MatrixXd::Identity(n, n)).cwiseAbs().maxCoeff() <= 1e-10);
 }

@@ -12,6 +12,7 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/detail/spd_inverse.hpp"
 #include "fitlib/device/host_solver.hpp"
 #include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/model/model.hpp"
@@ -60,11 +61,11 @@ class CovarianceTerm {
     Eigen::LLT<Eigen::MatrixXd> llt(cinv);
     if (llt.info() != Eigen::Success)
       throw model_error("the inverse data covariance is not positive definite; supply a valid Model::data_covariance_inverse");
-    covariance_ = llt.solve(Eigen::MatrixXd::Identity(B, B));
+    covariance_ = detail::inverse_from_cholesky(llt);
     covariance_.diagonal() += widen;
     if (varying_) return;
     Eigen::LLT<Eigen::MatrixXd> widened(covariance_);
-    inverse_ = widened.solve(Eigen::MatrixXd::Identity(B, B));
+    inverse_ = detail::inverse_from_cholesky(widened);
   }
 
   index_t nbins() const { return nbins_; }

@@ -40,7 +40,9 @@ inline std::string resolve_minimizer(std::string_view method, const Model& m) {
 }
 
 /// f(trust region) with the trust region `method` names, on `options` with their curvature and end game
-/// set by the name (the Gauss–Newton model for trust-gauss-newton[-krylov], else ∇²f).
+/// set by the name (the Gauss–Newton model for trust-gauss-newton[-krylov], else ∇²f). The Gauss–Newton
+/// methods factorise the Gauss–Newton matrix in single precision with steps refined to double's
+/// (ExactOptions::single_precision_factor; ∇²f in double); trust-exact stays SciPy's.
 template <class F>
 decltype(auto) with_minimizer(std::string_view method, TrustRegionOptions options, F&& f) {
   require_minimizer_method(method);
@@ -50,7 +52,7 @@ decltype(auto) with_minimizer(std::string_view method, TrustRegionOptions option
   if (method == "trust-krylov") return f(TrustRegion<Gltr>(options));
   if (method == "trust-ncg") return f(TrustRegion<SteihaugCG>(options));
   // trust-exact, trust-gauss-newton[-krylov]
-  return f(TrustRegion<Exact>(options));
+  return f(TrustRegion<Exact>(options, Exact(ExactOptions{.single_precision_factor = gauss_newton})));
 }
 
 }  // namespace fitlib

@@ -476,7 +476,12 @@ class TrustRegion {
       std::vector<double>& scratch = s.g_trial;  // g_trial is free between steps
       detail::dense_matrix(f, s.x, s.hessian, scratch, s.counts, s.model);
       s.hessian_at_x = true;
-      s.subproblem.new_iterate(s.g, ConstBlockView<double>(s.hessian.data(), n, n));
+      const ConstBlockView<double> H(s.hessian.data(), n, n);
+      // The Gauss–Newton matrix is positive semidefinite by construction; a subproblem may use that (Exact).
+      if constexpr (requires { s.subproblem.new_iterate(s.g, H, true); })
+        s.subproblem.new_iterate(s.g, H, s.model == Curvature::gauss_newton);
+      else
+        s.subproblem.new_iterate(s.g, H);
     } else {
       s.subproblem.new_iterate(s.g, {});
     }

@@ -10,12 +10,13 @@
 
 #include "fitlib/config.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/detail/spd_inverse.hpp"
 #include "fitlib/minimize/status.hpp"
 
 namespace fitlib {
 
 /// Writes C = H⁻¹ for a symmetric `[n × n]` Hessian (column-major) into `cov`. Positive definite:
-/// from the Cholesky factor (`accurate`). Indefinite but invertible: from LDLᵀ, reported as
+/// from the Cholesky factor, L⁻¹ then L⁻ᵀ·L⁻¹ (`accurate`). Indefinite but invertible: from LDLᵀ, reported as
 /// `not_positive_definite` (C is then not a covariance). Singular or non-finite: `failed`, C NaN.
 CovarianceStatus covariance_from_hessian(ConstBlockView<double> H, BlockView<double> cov);
 #if FITLIB_DEFINITIONS
@@ -31,7 +32,7 @@ FITLIB_PREBUILT_INLINE CovarianceStatus covariance_from_hessian(ConstBlockView<d
   }
   Eigen::LLT<Eigen::MatrixXd> llt(h);
   if (llt.info() == Eigen::Success) {
-    C = llt.solve(Eigen::MatrixXd::Identity(n, n));
+    C = detail::inverse_from_cholesky(llt);
     return CovarianceStatus::accurate;
   }
   Eigen::LDLT<Eigen::MatrixXd> ldlt(h);

@@ -14,6 +14,7 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/detail/spd_inverse.hpp"
 #include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/minimize/status.hpp"
@@ -277,7 +278,7 @@ ResidualCovariance data_covariance(const Lik& lik) {
   s.v = Eigen::Map<const Eigen::VectorXd>((poisson ? lik.data() : lik.data_variances()).data(), m.nbins());
   if (lik.options().data_term == DataTerm::covariance && !m.data_covariance_inverse.empty()) {
     const Eigen::Map<const Eigen::MatrixXd> cinv(m.data_covariance_inverse.data(), m.nbins(), m.nbins());
-    s.dense = cinv.llt().solve(Eigen::MatrixXd::Identity(m.nbins(), m.nbins()));
+    s.dense = detail::inverse_from_cholesky(Eigen::LLT<Eigen::MatrixXd>(cinv));
   }
   return s;
 }
@@ -476,7 +477,7 @@ ResidualCovariance postfit_residual_covariance(const Lik& lik, const Eigen::Matr
     second = {.d = {}, .T = {}, .X = (delta * second.d.array()).matrix().asDiagonal() * Jf + beta->zr};
   }
   s.J = std::move(Jf);
-  s.blocks = {{.d = {}, .T = llt.solve(Eigen::MatrixXd::Identity(nf, nf)), .X = {}}, std::move(second)};  // J·C, and E·J or X
+  s.blocks = {{.d = {}, .T = detail::inverse_from_cholesky(llt), .X = {}}, std::move(second)};  // J·C, and E·J or X
   const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(nf, nf);
   s.m.setZero(2 * nf, 2 * nf);
   s.m.topLeftCorner(nf, nf) = G;

@@ -15,6 +15,7 @@
 #include "fitlib/config.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/detail/spd_inverse.hpp"
 #include "fitlib/likelihood/options.hpp"
 #include "fitlib/minimize/fit.hpp"
 #include "fitlib/model/model.hpp"
@@ -84,7 +85,7 @@ FITLIB_PREBUILT_INLINE Eigen::VectorXd conditional_sigma(const Eigen::MatrixXd& 
   const bool finite = h.allFinite();
   const Eigen::LLT<Eigen::MatrixXd> llt(finite ? h : Eigen::MatrixXd::Identity(m, m));
   const bool ok = finite && llt.info() == Eigen::Success;
-  const Eigen::MatrixXd c = ok ? Eigen::MatrixXd(llt.solve(Eigen::MatrixXd::Identity(m, m))) : Eigen::MatrixXd();
+  const Eigen::MatrixXd c = ok ? detail::inverse_from_cholesky(llt) : Eigen::MatrixXd();
   for (index_t a = 0; a < m; ++a)
     sigma(U[static_cast<std::size_t>(a)]) = ok ? root_or_nan(c(a, a)) : nan;
   return sigma;
