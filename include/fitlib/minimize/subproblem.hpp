@@ -30,7 +30,9 @@ struct SubproblemStep {
 
 /// A subproblem solver. One object serves one minimisation; its workspace is sized once by
 /// `reset(n)`. `new_iterate(g, H)` starts a new iterate (H: the dense Hessian, column-major
-/// `[n × n]`, for solvers with `needs_hessian`, else empty). `solve(Δ, hvp, p)` writes the step
+/// `[n × n]`, for solvers with `needs_hessian`, else empty); a solver that also takes
+/// `new_iterate(g, H, semidefinite)` is told when H is positive semidefinite by construction (TrustRegion's
+/// Gauss–Newton matrix; Exact factorises it in single precision where ExactOptions allow). `solve(Δ, hvp, p)` writes the step
 /// into p; after a rejected step it is called again at the same iterate with a smaller Δ and
 /// reuses what it learned (Exact: the λ lower bound; Gltr: the Krylov data, with no new HVPs).
 /// `hvp(v, Bv)` writes B·v for `const double* v`, `double* Bv` of length n.
