@@ -16,6 +16,7 @@
 #include "fitlib/minimize/exact.hpp"
 #include "reference_data.hpp"
 #include "scipy_rosen.hpp"
+#include "spd_matrix.hpp"
 
 using namespace fitlib;
 using fitlib::test::load_reference;
@@ -556,17 +557,9 @@ TEST_CASE("Exact with a single-precision factor: steps refined to double's, doub
   const index_t n = 300;
   auto spd = [&](double decades) {
     std::mt19937_64 rng(7);
+    const Eigen::MatrixXd h = test::spd_matrix(n, decades, rng);
     std::normal_distribution<double> normal;
-    Eigen::MatrixXd a(n, n);
-    for (index_t j = 0; j < n; ++j)
-      for (index_t i = 0; i < n; ++i) a(i, j) = normal(rng);
-    const Eigen::MatrixXd q = Eigen::HouseholderQR<Eigen::MatrixXd>(a).householderQ();
-    Eigen::VectorXd d(n);
-    for (index_t i = 0; i < n; ++i) d[i] = std::pow(10.0, decades * static_cast<double>(i) / static_cast<double>(n - 1));
-    const Eigen::MatrixXd h = q * d.asDiagonal() * q.transpose();
-    Vec out(static_cast<std::size_t>(n * n)), g(static_cast<std::size_t>(n));
-    for (index_t j = 0; j < n; ++j)
-      for (index_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i + j * n)] = 0.5 * (h(i, j) + h(j, i));
+    Vec out(h.data(), h.data() + n * n), g(static_cast<std::size_t>(n));
     for (auto& v : g) v = normal(rng);
     return std::pair{out, g};
   };
@@ -586,17 +579,32 @@ TEST_CASE("Exact with a single-precision factor: steps refined to double's, doub
                          (h.cwiseAbs().rowwise().sum().maxCoeff() + lambda) * pv.cwiseAbs().maxCoeff();
     return (h * pv + lambda * pv + gv).cwiseAbs().maxCoeff() / bound;
   };
-  SECTION("a condition number of 10^4: the Newton step from the single factor is double's to rounding") {
-    const auto [H, g] = spd(4);
+  /// The Newton step (a radius beyond it) with ExactOptions `single` (s, ps) and with double's (d, pd), one
+  /// factorisation each, and whether `single`'s factorisation was in single precision.
+  struct NewtonSteps {
+    SubproblemStep s, d;
     Vec ps, pd;
-    const auto [ss, as] = solve(H, g, 1e10, single, ps);
-    const auto [sd, ad] = solve(H, g, 1e10, {}, pd);
+    bool factor_single;
+  };
+  auto newton_steps = [&](double decades, double radius) {
+    const auto [H, g] = spd(decades);
+    NewtonSteps out;
+    const auto [ss, as] = solve(H, g, radius, single, out.ps);
+    const auto [sd, ad] = solve(H, g, radius, {}, out.pd);
     REQUIRE(as.size() == 1);
-    CHECK(as[0].single);
+    REQUIRE(ad.size() == 1);
     CHECK_FALSE(ad[0].single);
-    CHECK_FALSE(ss.hits_boundary);
-    CHECK(rel_diff(ps, pd) < 1e-10);
-    CHECK(std::abs(ss.model - sd.model) <= 1e-12 * std::abs(sd.model));
+    out.s = ss;
+    out.d = sd;
+    out.factor_single = as[0].single;
+    return out;
+  };
+  SECTION("a condition number of 10^4: the Newton step from the single factor is double's to rounding") {
+    const NewtonSteps n4 = newton_steps(4, 1e10);
+    CHECK(n4.factor_single);
+    CHECK_FALSE(n4.s.hits_boundary);
+    CHECK(rel_diff(n4.ps, n4.pd) < 1e-10);
+    CHECK(std::abs(n4.s.model - n4.d.model) <= 1e-12 * std::abs(n4.d.model));
   }
   SECTION("condition numbers of 10^4 and 10^5 on the boundary: single factors only, (H + λI)p = −g to the refinement's bound") {
     const double decades = GENERATE(4.0, 5.0);
@@ -616,13 +624,9 @@ TEST_CASE("Exact with a single-precision factor: steps refined to double's, doub
     }
   }
   SECTION("a condition number of 10^12, beyond single precision: double's factor, and bit for bit double's step") {
-    const auto [H, g] = spd(12);
-    Vec ps, pd;
-    const auto [ss, as] = solve(H, g, 1e30, single, ps);
-    const auto [sd, ad] = solve(H, g, 1e30, {}, pd);
-    REQUIRE(as.size() == 1);
-    CHECK_FALSE(as[0].single);
-    CHECK(ps == pd);
-    CHECK(ss.model == sd.model);
+    const NewtonSteps n12 = newton_steps(12, 1e30);
+    CHECK_FALSE(n12.factor_single);
+    CHECK(n12.ps == n12.pd);
+    CHECK(n12.s.model == n12.d.model);
   }
 }

@@ -16,6 +16,7 @@
 #include "fitlib/postfit/impacts.hpp"
 #include "fitlib/postfit/scan.hpp"
 #include "random_model.hpp"
+#include "spd_matrix.hpp"
 
 using namespace fitlib;
 using test::RandomModelSpec;
@@ -349,15 +350,7 @@ TEST_CASE("postfit: the inverse from the Cholesky factor in dpotri's order is Hâ
   // Sizes across the recursion's base case (32) and odd halves; eigenvalues from 1 to 10^4.
   const auto n = GENERATE(1, 5, 32, 33, 100, 257);
   std::mt19937_64 rng(static_cast<std::uint64_t>(n));
-  std::normal_distribution<double> normal;
-  Eigen::MatrixXd a(n, n);
-  for (index_t j = 0; j < n; ++j)
-    for (index_t i = 0; i < n; ++i) a(i, j) = normal(rng);
-  const Eigen::MatrixXd q = Eigen::HouseholderQR<Eigen::MatrixXd>(a).householderQ();
-  Eigen::VectorXd d(n);
-  for (index_t i = 0; i < n; ++i) d[i] = std::pow(10.0, 4.0 * static_cast<double>(i) / std::max(1.0, static_cast<double>(n - 1)));
-  Eigen::MatrixXd h = q * d.asDiagonal() * q.transpose();
-  h = 0.5 * (h + h.transpose()).eval();
+  const Eigen::MatrixXd h = test::spd_matrix(n, 4, rng);
   const Eigen::LLT<Eigen::MatrixXd> llt(h);
   REQUIRE(llt.info() == Eigen::Success);
   const Eigen::MatrixXd c = detail::inverse_from_cholesky(llt);
