@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,12 @@ struct DisData {
 
   fitlib::index_t size() const { return static_cast<fitlib::index_t>(central.size()); }
   fitlib::index_t datasets() const { return static_cast<fitlib::index_t>(names.size()); }
+  /// The positivity set that row i of the positivity table belongs to.
+  const std::string& positivity_set(fitlib::index_t i) const {
+    std::size_t set = 0;
+    while (set + 1 < positivity_names.size() && positivity_offset[set + 1] <= i) ++set;
+    return positivity_names[set];
+  }
   /// The dataset called `name`, or −1.
   fitlib::index_t dataset(const std::string& name) const {
     const auto it = std::find(names.begin(), names.end(), name);
@@ -196,6 +203,63 @@ inline DisData read_dis_data(const std::string& path) {
     throw fitlib::io::file_error("'" + path + "' /integrability/grid_x has " + std::to_string(d.integrability.grid_x.size()) +
                          " nodes, expected one (x = 1e-9, the network itself there); " + prepare_remedy);
   return d;
+}
+
+/// The data restricted to `rows` (increasing point indices): their points, covariance parts and FK rows, the datasets
+/// that keep a point (in order), and the positivity and integrability tables as they are.
+inline DisData restricted(const DisData& d, const std::vector<fitlib::index_t>& rows) {
+  if (!std::is_sorted(rows.begin(), rows.end()) || std::adjacent_find(rows.begin(), rows.end()) != rows.end() ||
+      (!rows.empty() && (rows.front() < 0 || rows.back() >= d.size())))
+    throw std::invalid_argument("restricted: the rows must be increasing point indices below " + std::to_string(d.size()));
+  DisData r = d;
+  const auto m = static_cast<Eigen::Index>(rows.size());
+  const Eigen::Map<const Eigen::Matrix<fitlib::index_t, Eigen::Dynamic, 1>> idx(rows.data(), m);
+  r.x.clear();
+  r.Q2.clear();
+  r.central.clear();
+  r.dataset_of.clear();
+  r.names.clear();
+  r.observables.clear();
+  r.offset.assign(1, 0);
+  for (fitlib::index_t i : rows) {
+    const auto k = static_cast<std::size_t>(i);
+    const int set = d.dataset_of[k];
+    if (r.names.empty() || r.names.back() != d.names[static_cast<std::size_t>(set)]) {
+      r.names.push_back(d.names[static_cast<std::size_t>(set)]);
+      r.observables.push_back(d.observables[static_cast<std::size_t>(set)]);
+      r.offset.push_back(r.offset.back());
+    }
+    ++r.offset.back();
+    r.x.push_back(d.x[k]);
+    r.Q2.push_back(d.Q2[k]);
+    r.central.push_back(d.central[k]);
+    r.dataset_of.push_back(static_cast<int>(r.names.size()) - 1);
+  }
+  r.diag_add = d.diag_add(idx);
+  r.diag_mult = d.diag_mult(idx);
+  r.sys_add = d.sys_add(idx, Eigen::all);
+  r.sys_mult = d.sys_mult(idx, Eigen::all);
+  r.experimental = d.experimental(idx, idx);
+  r.fk.table = d.fk.table(idx, Eigen::all);
+  r.benchmark_direct = d.benchmark_direct(idx);
+  return r;
+}
+
+/// The data with only the positivity rows at x ≤ xmax (every set keeps its name; a set may lose every row).
+inline DisData positivity_up_to(const DisData& d, double xmax) {
+  DisData r = d;
+  std::vector<Eigen::Index> rows;
+  r.positivity_offset.assign(1, 0);
+  for (std::size_t set = 0; set + 1 < d.positivity_offset.size(); ++set) {
+    for (auto i = d.positivity_offset[set]; i < d.positivity_offset[set + 1]; ++i)
+      if (d.positivity_x[static_cast<std::size_t>(i)] <= xmax) rows.push_back(i);
+    r.positivity_offset.push_back(static_cast<fitlib::index_t>(rows.size()));
+  }
+  r.positivity_x.clear();
+  for (Eigen::Index i : rows) r.positivity_x.push_back(d.positivity_x[static_cast<std::size_t>(i)]);
+  r.positivity.table = d.positivity.table(rows, Eigen::all);
+  r.positivity_direct = d.positivity_direct(rows);
+  return r;
 }
 
 /// max |C(data) − experimental|_ij / √(C_ii·C_jj): how well the decomposition rebuilds validphys' covariance,

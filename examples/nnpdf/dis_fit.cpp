@@ -14,6 +14,8 @@
 // keeps a replica, and that the first 8 replicas fitted one at a time are bitwise their fits in the batch.
 //   nnpdf_dis_fit [--data FILE] [--replicas R] [--width W] [--t0-replicas R0] [--seed S] [--out FILE]
 //                 [--maxiter N] [--patience N] [--positivity-max L] [--positivity-gate G]
+//                 [--subset all|poc] [--central] [--training-fraction F] [--no-positivity]
+//                 [--positivity-xmax X]
 #include <fitlib/io/hdf5.hpp>
 #include <fitlib/minimize/steihaug_cg.hpp>
 #include <fitlib/minimize/trust_region.hpp>
@@ -35,6 +37,7 @@
 #include <iterator>
 #include <limits>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,7 +65,6 @@ constexpr index_t positivity_every = 10;
 constexpr double integrability_initial = 10, integrability_max = 100;  ///< fact 12
 constexpr double integrability_threshold = 0.5;  ///< postfit's INTEG_THRESHOLD (fact 18)
 constexpr double veto_sigmas = 4;                ///< postfit's NSIGMA_DISCARD_CHI2 and _ARCLENGTH (fact 18)
-constexpr double training_fraction = 0.75;       ///< per dataset, n_tr = int(0.75·n) (fact 8)
 
 /// The integrability multiplier for a positivity multiplier λ that grows to λ_max: both grow geometrically and
 /// together, from their initial values to their maxima (n3fit multiplies both every 100 epochs, each by its own
@@ -85,6 +87,19 @@ struct Settings {
   /// Above this λ (n3fit's λ_max, fact 11) a replica's multiplier grows only once its validation χ²/n has been below
   /// n3fit's threshold: a penalty that stiff before the data are fitted stalls the fit on positivity.
   double positivity_gate = 1e6;
+  /// The points fitted: "all", or "poc", the 568 points of the polynomial's joint fit (nnpdf-example.md §4 item 4:
+  /// BCDMS p, SLAC p, HERA NC e⁺p 920 GeV with Q² ≤ 100), to compare with it like for like.
+  std::string subset = "all";
+  /// n3fit's genrep: false: every replica fits the central values instead of a Monte-Carlo data replica.
+  bool central = false;
+  /// Per dataset, n_tr = int(fraction·n) training points (n3fit's frac, fact 8); at 1 there is no validation, and
+  /// stopping watches the training χ², as n3fit does without a validation set.
+  double training_fraction = 0.75;
+  /// false (--no-positivity, a diagnosis): no positivity penalty, gate or veto; the observables are still reported.
+  bool positivity = true;
+  /// Only the positivity rows at x ≤ this (a diagnosis: NNPDF's sets reach x = 0.9, where the tables' interpolation
+  /// error is largest relative to the observables).
+  double positivity_xmax = 1;
 };
 
 int failures = 0;
@@ -109,8 +124,10 @@ struct Phase {
   Seeds seeds;
   index_t replicas;
   const Eigen::MatrixXd* C;
-  const fitlib::CovarianceReplicas* mc;
+  const fitlib::CovarianceReplicas* mc;  ///< the data replicas; null: every replica fits the central values
   double positivity_max;
+  double training_fraction;
+  bool positivity;  ///< imposed (penalty, stopping gate, veto)
 };
 
 /// What a replica's fit leaves.
@@ -123,7 +140,12 @@ struct Outcome {
   std::vector<double> positivity_history;  ///< the least positivity observable at the same states
   std::vector<double> current;             ///< the last of those states: the minimiser's current point
   fitlib::index_t least_row = -1;          ///< which positivity row is the least, at the last of them
+  /// The Lagrange multiplier estimates of the positivity constraints at the kept state, max(0, μ − λ·O) with the
+  /// final μ and λ (the augmented Lagrangian's next update), one per positivity row: what ½χ² would gain per unit of
+  /// that observable were it allowed below 0; 0 where the constraint does not bind.
+  std::vector<double> multipliers;
   bool ever_below = false, ever_positive = false, ever_both = false;  // the stopping gate's two parts, and both at once
+  bool positivity_imposed = true;
   double training = not_a_number, validation = not_a_number;  ///< χ²/n at the kept state
   std::string error;
   // After the batch, at the kept state:
@@ -134,9 +156,10 @@ struct Outcome {
   std::string verdict;
 };
 
-/// Replica r's split of every dataset: n − int(0.75·n) validation points each (n3fit, fact 8), placed by
+/// Replica r's split of every dataset: n − int(fraction·n) validation points each (n3fit, fact 8), placed by
 /// fitlib::training_split from (seed, r, dataset) alone.
-void split(const DisData& d, std::uint64_t seed, index_t r, std::vector<index_t>& training, std::vector<index_t>& validation) {
+void split(const DisData& d, double training_fraction, std::uint64_t seed, index_t r, std::vector<index_t>& training,
+           std::vector<index_t>& validation) {
   training.clear();
   validation.clear();
   for (index_t s = 0; s < d.datasets(); ++s) {
@@ -150,13 +173,15 @@ void split(const DisData& d, std::uint64_t seed, index_t r, std::vector<index_t>
   }
 }
 
-/// Replica r's inputs in f: its training data with the penalties (index r), its validation data (R + r) and its
-/// training data without penalties (2R + r, for the training χ²), all from (seeds, r) alone.
+/// Replica r's inputs in f: its training data with the penalties (index r), its validation data (R + r; without a
+/// validation set, the training data) and its training data without penalties (2R + r, for the training χ²), all
+/// from (seeds, r) alone.
 void prepare_inputs(const DisData& d, DisObjective& f, const Phase& ph, index_t r, Outcome& out) {
   const index_t R = ph.replicas;
-  const std::vector<double> data = ph.mc->replica(ph.seeds.mc, static_cast<std::uint64_t>(r));
+  const std::vector<double> data = ph.mc ? ph.mc->replica(ph.seeds.mc, static_cast<std::uint64_t>(r)) : d.central;
   std::vector<index_t> tr, vl;
-  split(d, ph.seeds.split, r, tr, vl);
+  split(d, ph.training_fraction, ph.seeds.split, r, tr, vl);
+  if (vl.empty()) vl = tr;
   out.pre = Preprocessing::draw(ph.seeds.preprocessing, static_cast<std::uint64_t>(r));
   out.ntraining = static_cast<index_t>(tr.size());
   out.nvalidation = static_cast<index_t>(vl.size());
@@ -166,7 +191,8 @@ void prepare_inputs(const DisData& d, DisObjective& f, const Phase& ph, index_t 
   t.pre = v.pre = p.pre = out.pre;
   t.whitened = p.whitened = whiten(*ph.C, d.fk.table, tr, data);
   v.whitened = whiten(*ph.C, d.fk.table, vl, data);
-  t.positivity = positivity_initial;
+  out.positivity_imposed = ph.positivity;
+  t.positivity = ph.positivity ? positivity_initial : 0;  // 0: no term, and the growths below leave it 0
   t.positivity_multipliers = Eigen::VectorXd::Zero(d.positivity.table.rows());
   t.integrability = integrability_of(positivity_initial, ph.positivity_max);
   v.positivity = v.integrability = p.positivity = p.integrability = 0;
@@ -232,7 +258,7 @@ std::string verdict(const Outcome& o) {
   // The kept state is above the threshold only where no state passed the stopping gate (it is then the start).
   if (!(o.validation < chi2_threshold))
     return !o.ever_below ? "never below the chi2 threshold" : !o.ever_positive ? "never positive" : "never below the threshold while positive";
-  if (o.least_positivity < -positivity_tolerance) return "positivity veto";
+  if (o.positivity_imposed && o.least_positivity < -positivity_tolerance) return "positivity veto";
   if (o.integrability > integrability_threshold) return "integrability veto";
   return "kept";
 }
@@ -316,7 +342,7 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
           const Eigen::VectorXd o = f.positivity_observables(x, out.pre);
           const double least = o.minCoeff(&out.least_row);
           out.positivity_history.push_back(least);
-          const bool below = v < chi2_threshold, positive = least >= -positivity_tolerance;
+          const bool below = v < chi2_threshold, positive = !out.positivity_imposed || least >= -positivity_tolerance;
           out.ever_below = out.ever_below || below;
           out.ever_positive = out.ever_positive || positive;
           out.ever_both = out.ever_both || (below && positive);
@@ -333,6 +359,9 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
           t.integrability = integrability_of(t.positivity, s.positivity_max);
         };
         fitlib::train_replica(minimizer, fr, loss, to, set_multiplier, Network::initial(ph.seeds.network, static_cast<std::uint64_t>(r)), out.fit);
+        const DisReplicaInputs& in = f.inputs(r);
+        const Eigen::VectorXd mu = (in.positivity_multipliers - in.positivity * f.positivity_observables(out.fit.x, out.pre)).cwiseMax(0.0);
+        out.multipliers.assign(mu.data(), mu.data() + mu.size());
         std::vector<double>().swap(out.fit.covariance);  // 763² NaNs (no postfit covariance asked for): 4.7 MB a replica
         out.training = chi2(plain, out.fit.x, out.ntraining);
         out.validation = chi2(validation, out.fit.x, out.nvalidation);
@@ -418,11 +447,17 @@ void summarise(const DisData& d, const char* name, const std::vector<Outcome>& o
       const std::size_t i = k * (n - 1) / 5;
       std::printf(" [%zu] %.3g/%.3g, %.2g", i, o.training_history[i], o.validation_history[i], o.positivity_history[i]);
     }
-    if (o.least_row >= 0) {  // which set, at which x, is the least at the last state
-      std::size_t set = 0;
-      while (set + 1 < d.positivity_names.size() && d.positivity_offset[set + 1] <= o.least_row) ++set;
-      std::printf("; least: %s at x = %.3g", d.positivity_names[set].c_str(), d.positivity_x[static_cast<std::size_t>(o.least_row)]);
-    }
+    if (o.least_row >= 0)  // which set, at which x, is the least at the last state
+      std::printf("; least: %s at x = %.3g", d.positivity_set(o.least_row).c_str(), d.positivity_x[static_cast<std::size_t>(o.least_row)]);
+    // The constraints that bind hardest: the largest multipliers.
+    std::vector<index_t> rows(o.multipliers.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<index_t>(i);
+    const std::size_t top = std::min<std::size_t>(rows.size(), 3);
+    std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(top), rows.end(),
+                      [&](index_t a, index_t b) { return o.multipliers[static_cast<std::size_t>(a)] > o.multipliers[static_cast<std::size_t>(b)]; });
+    for (std::size_t k = 0; k < top && o.multipliers[static_cast<std::size_t>(rows[k])] > 0; ++k)
+      std::printf("%s %s at x = %.3g: mu %.3g", k == 0 ? "; largest multipliers:" : ",", d.positivity_set(rows[k]).c_str(),
+                  d.positivity_x[static_cast<std::size_t>(rows[k])], o.multipliers[static_cast<std::size_t>(rows[k])]);
     std::printf("\n");
   }
 }
@@ -491,34 +526,47 @@ std::string stop_reason(const fitlib::ReplicaFit& fit) {
 
 int main(int argc, char** argv) {
   Settings s;
-  for (int i = 1; i < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
-    const auto number = [&] { return static_cast<index_t>(std::atoll(argv[i + 1])); };
-    if (has_value && !std::strcmp(argv[i], "--data")) s.data = argv[i + 1];
-    else if (has_value && !std::strcmp(argv[i], "--out")) s.out = argv[i + 1];
-    else if (has_value && !std::strcmp(argv[i], "--replicas")) s.replicas = number();
-    else if (has_value && !std::strcmp(argv[i], "--width")) s.width = number();
-    else if (has_value && !std::strcmp(argv[i], "--t0-replicas")) s.t0_replicas = number();
-    else if (has_value && !std::strcmp(argv[i], "--seed")) s.seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (has_value && !std::strcmp(argv[i], "--maxiter")) s.maxiter = number();
-    else if (has_value && !std::strcmp(argv[i], "--patience")) s.patience = number();
-    else if (has_value && !std::strcmp(argv[i], "--positivity-max")) s.positivity_max = std::atof(argv[i + 1]);
-    else if (has_value && !std::strcmp(argv[i], "--positivity-gate")) s.positivity_gate = std::atof(argv[i + 1]);
+    const auto is = [&](const char* flag) { return !std::strcmp(argv[i], flag) && has_value; };
+    const auto number = [&] { return static_cast<index_t>(std::atoll(argv[++i])); };
+    if (!std::strcmp(argv[i], "--central")) s.central = true;
+    else if (!std::strcmp(argv[i], "--no-positivity")) s.positivity = false;
+    else if (is("--data")) s.data = argv[++i];
+    else if (is("--out")) s.out = argv[++i];
+    else if (is("--replicas")) s.replicas = number();
+    else if (is("--width")) s.width = number();
+    else if (is("--t0-replicas")) s.t0_replicas = number();
+    else if (is("--seed")) s.seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (is("--maxiter")) s.maxiter = number();
+    else if (is("--patience")) s.patience = number();
+    else if (is("--positivity-max")) s.positivity_max = std::atof(argv[++i]);
+    else if (is("--positivity-gate")) s.positivity_gate = std::atof(argv[++i]);
+    else if (is("--subset")) s.subset = argv[++i];
+    else if (is("--training-fraction")) s.training_fraction = std::atof(argv[++i]);
+    else if (is("--positivity-xmax")) s.positivity_xmax = std::atof(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: nnpdf_dis_fit [--data FILE] [--replicas R] [--width W] [--t0-replicas R0] [--seed S] [--out FILE]\n"
                    "                     [--maxiter N] [--patience N] [--positivity-max L] [--positivity-gate G]\n"
+                   "                     [--subset all|poc] [--central] [--training-fraction F] [--no-positivity]\n"
+                   "                     [--positivity-xmax X]\n"
                    "defaults: --data %s --replicas 100 --width 16 --t0-replicas 20 (0: t0 = the data) --seed 1\n"
-                   "          --out %s --maxiter 1000 --patience 100 --positivity-max 1e14 --positivity-gate 1e6\n",
+                   "          --out %s --maxiter 1000 --patience 100 --positivity-max 1e14 --positivity-gate 1e6\n"
+                   "          --subset all (poc: the 568 points of the polynomial's joint fit) --training-fraction 0.75\n"
+                   "          (1: no validation set); --central: every replica fits the central values (n3fit's genrep: false);\n"
+                   "          --no-positivity: no positivity penalty, gate or veto (a diagnosis); --positivity-xmax 1: only the\n"
+                   "          positivity rows at x <= X (a diagnosis)\n",
                    Settings{}.data.c_str(), Settings{}.out.c_str());
       return 2;
     }
   }
   if (s.replicas < 1 || s.width < 1 || s.t0_replicas < 0 || s.maxiter < 1 || s.patience < 1 || !(s.positivity_max >= positivity_initial) ||
-      !(s.positivity_gate >= positivity_initial)) {
+      !(s.positivity_gate >= positivity_initial) || !(s.training_fraction > 0 && s.training_fraction <= 1) ||
+      (s.subset != "all" && s.subset != "poc") || !(s.positivity_xmax > 0)) {
     std::fprintf(stderr,
                  "nnpdf_dis_fit: --replicas, --width, --maxiter and --patience must be >= 1, --t0-replicas >= 0, --positivity-max and "
-                 "--positivity-gate >= %g\n",
+                 "--positivity-gate >= %g, --training-fraction in (0, 1], --positivity-xmax > 0, --subset all or poc\n",
                  positivity_initial);
     return 2;
   }
@@ -533,13 +581,19 @@ int main(int argc, char** argv) {
   DisData d;
   try {
     d = read_dis_data(s.data);
+    if (s.subset == "poc") {
+      const std::vector<index_t> rows = anchor_subsets(d)[3].rows;
+      if (rows.empty()) throw std::runtime_error("'" + s.data + "' holds none of the polynomial's datasets (BCDMS p, SLAC p, HERA NC e+p 920 GeV); use --subset all");
+      d = restricted(d, rows);
+    }
+    if (s.positivity_xmax < 1) d = positivity_up_to(d, s.positivity_xmax);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nnpdf_dis_fit: %s\n", e.what());
     return 1;
   }
   const index_t N = d.size();
-  std::printf("NNPDF-style fit of proton DIS data: %td points in %td datasets, FK grid of %zu nodes, %zu positivity observables, %zu network weights\n",
-              N, d.datasets(), d.fk.grid_x.size(), static_cast<std::size_t>(d.positivity.rows()), Network::size);
+  std::printf("NNPDF-style fit of proton DIS data%s: %td points in %td datasets, FK grid of %zu nodes, %zu positivity observables, %zu network weights\n",
+              s.subset == "poc" ? " (the polynomial's 568 points)" : "", N, d.datasets(), d.fk.grid_x.size(), static_cast<std::size_t>(d.positivity.rows()), Network::size);
   std::printf("checks\n");
   check(covariance_mismatch(d) < 1e-12, "C(data) from the ADD/MULT decomposition against /covariance/experimental", covariance_mismatch(d));
   check(fk_benchmark_mismatch(d) < 1e-3, "FK x benchmark PDF against HOPPET's direct predictions (max relative)", fk_benchmark_mismatch(d));
@@ -553,7 +607,8 @@ int main(int argc, char** argv) {
   const Eigen::MatrixXd C_exp = d.covariance(d.central);
   const std::span<const double> C_exp_span(C_exp.data(), static_cast<std::size_t>(C_exp.size()));
   const fitlib::CovarianceReplicas mc_exp(d.central, C_exp_span);
-  const Phase first{"t0 fit", seeds_of(s.seed, 0), std::max<index_t>(s.t0_replicas, 1), &C_exp, &mc_exp, s.positivity_max};
+  const Phase first{"t0 fit", seeds_of(s.seed, 0), std::max<index_t>(s.t0_replicas, 1), &C_exp, s.central ? nullptr : &mc_exp,
+                    s.positivity_max, s.training_fraction, s.positivity};
 
   // Derivatives at the first fit's replica 0 at its start, both penalties on (some positivity observables are
   // negative there): the gradient against central differences along random directions, and the Gauss–Newton
@@ -599,7 +654,8 @@ int main(int argc, char** argv) {
   // The main fit: data replicas from the t0 covariance around the data, each fitted with it (n3fit fact 5).
   const Eigen::MatrixXd C_t0 = d.covariance(t0);
   const fitlib::CovarianceReplicas mc_t0(d.central, std::span<const double>(C_t0.data(), static_cast<std::size_t>(C_t0.size())));
-  const Phase main_fit{"main fit", seeds_of(s.seed, 1), s.replicas, &C_t0, &mc_t0, s.positivity_max};
+  const Phase main_fit{"main fit", seeds_of(s.seed, 1), s.replicas, &C_t0, s.central ? nullptr : &mc_t0, s.positivity_max,
+                       s.training_fraction, s.positivity};
   fitlib::BatchStatistics stats;
   const auto t_fit = std::chrono::steady_clock::now();
   const std::vector<Outcome> outcomes = fit_phase(d, f, main_fit, s, s.width, {}, &stats);
@@ -609,8 +665,9 @@ int main(int argc, char** argv) {
               static_cast<double>(stats.columns) / static_cast<double>(std::max<index_t>(stats.evaluations, 1)), 100 * stats.active_fraction);
   const std::vector<index_t> good = kept(outcomes);
   const auto G = static_cast<index_t>(good.size());
-  check(G >= 2, "replicas the main fit keeps (at least 2 for a band)", static_cast<double>(G));
-  if (G < 2) {
+  const index_t needed = std::min<index_t>(s.replicas, 2);
+  check(G >= needed, "replicas the main fit keeps (at least 2 for a band, or the one fitted)", static_cast<double>(G));
+  if (G < needed) {
     std::printf("FAILED: too few replicas kept\n");
     return 1;
   }
@@ -683,7 +740,11 @@ int main(int argc, char** argv) {
     h5::write_attribute(settings, "maxiter", s.maxiter);
     h5::write_attribute(settings, "patience", s.patience);
     h5::write_attribute(settings, "chi2_threshold", chi2_threshold);
-    h5::write_attribute(settings, "training_fraction", training_fraction);
+    h5::write_attribute(settings, "training_fraction", s.training_fraction);
+    h5::write_attribute(settings, "subset", s.subset);
+    h5::write_attribute(settings, "central", static_cast<std::int64_t>(s.central));
+    h5::write_attribute(settings, "positivity_imposed", static_cast<std::int64_t>(s.positivity));
+    h5::write_attribute(settings, "positivity_xmax", s.positivity_xmax);
     h5::write_attribute(settings, "positivity_initial", positivity_initial);
     h5::write_attribute(settings, "positivity_growth", positivity_growth);
     h5::write_attribute(settings, "positivity_every", positivity_every);
@@ -789,6 +850,16 @@ int main(int argc, char** argv) {
     h5::write(reps, "chi2_t0", std::span<const double>(replica_chi2));
     h5::write(reps, "least_positivity", std::span<const double>(pos));
     h5::write(reps, "integrability_number", std::span<const double>(integ));
+    // The positivity multipliers μ at the end, [replica, positivity row], with each row's set and x.
+    const std::size_t P = static_cast<std::size_t>(d.positivity.rows());
+    std::vector<double> mu(R * P, not_a_number);
+    std::vector<std::string> row_set(P);
+    for (std::size_t r = 0; r < R; ++r)
+      if (outcomes[r].multipliers.size() == P) std::copy(outcomes[r].multipliers.begin(), outcomes[r].multipliers.end(), mu.begin() + static_cast<std::ptrdiff_t>(r * P));
+    for (std::size_t i = 0; i < P; ++i) row_set[i] = d.positivity_set(static_cast<index_t>(i));
+    h5::write(reps, "positivity_multipliers", std::span<const double>(mu), {R, P});
+    h5::write_strings(reps, "positivity_row_set", row_set);
+    h5::write(reps, "positivity_row_x", std::span<const double>(d.positivity_x));
     out.flush();
     std::printf("wrote %s (plot: .venv-nnpdf/bin/python examples/nnpdf/plot.py %s)\n", s.out.c_str(), s.out.c_str());
   } catch (const std::exception& e) {
