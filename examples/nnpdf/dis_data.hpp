@@ -245,7 +245,8 @@ inline DisData restricted(const DisData& d, const std::vector<fitlib::index_t>& 
   return r;
 }
 
-/// The data with only the positivity rows at x ≤ xmax (every set keeps its name; a set may lose every row).
+/// The data with only the positivity rows at x ≤ xmax: every set keeps its name, perhaps with no row left; throws
+/// std::invalid_argument where no set keeps a row.
 inline DisData positivity_up_to(const DisData& d, double xmax) {
   DisData r = d;
   std::vector<Eigen::Index> rows;
@@ -255,6 +256,9 @@ inline DisData positivity_up_to(const DisData& d, double xmax) {
       if (d.positivity_x[static_cast<std::size_t>(i)] <= xmax) rows.push_back(i);
     r.positivity_offset.push_back(static_cast<fitlib::index_t>(rows.size()));
   }
+  if (rows.empty())
+    throw std::invalid_argument("no positivity observable at x <= " + std::to_string(xmax) + " (the smallest x is " +
+                                std::to_string(*std::min_element(d.positivity_x.begin(), d.positivity_x.end())) + "); choose a larger x");
   r.positivity_x.clear();
   for (Eigen::Index i : rows) r.positivity_x.push_back(d.positivity_x[static_cast<std::size_t>(i)]);
   r.positivity.table = d.positivity.table(rows, Eigen::all);

@@ -92,8 +92,8 @@ struct Settings {
   std::string subset = "all";
   /// n3fit's genrep: false: every replica fits the central values instead of a Monte-Carlo data replica.
   bool central = false;
-  /// Per dataset, n_tr = int(fraction·n) training points (n3fit's frac, fact 8); at 1 there is no validation, and
-  /// stopping watches the training χ², as n3fit does without a validation set.
+  /// Per dataset, n_tr = int(fraction·n) training points (n3fit's frac, fact 8), in [0.5, 1]; at 1 there is no
+  /// validation, and stopping watches the training χ², as n3fit does without a validation set.
   double training_fraction = 0.75;
   /// false (--no-positivity, a diagnosis): no positivity penalty, gate or veto; the observables are still reported.
   bool positivity = true;
@@ -118,7 +118,8 @@ Seeds seeds_of(std::uint64_t seed, int phase) {
   return {b, b + 1, b + 2, b + 3};
 }
 
-/// One fit: R replicas whose data replicas are drawn from `C` around the data, and who are fitted with `C`.
+/// One fit: R replicas whose data replicas are drawn from `C` around the data (with `mc` null: the central values),
+/// and who are fitted with `C`.
 struct Phase {
   const char* name;
   Seeds seeds;
@@ -140,12 +141,14 @@ struct Outcome {
   std::vector<double> positivity_history;  ///< the least positivity observable at the same states
   std::vector<double> current;             ///< the last of those states: the minimiser's current point
   fitlib::index_t least_row = -1;          ///< which positivity row is the least, at the last of them
-  /// The Lagrange multiplier estimates of the positivity constraints at the kept state, max(0, μ − λ·O) with the
-  /// final μ and λ (the augmented Lagrangian's next update), one per positivity row: what ½χ² would gain per unit of
-  /// that observable were it allowed below 0; 0 where the constraint does not bind.
+  /// The positivity constraints' Lagrange multiplier estimates at the minimiser's last point, max(0, μ − λ·O) with the
+  /// μ and λ in force there (the augmented Lagrangian's next update), one per positivity row: what ½χ² would gain per
+  /// unit of that observable were it allowed below 0; 0 where the constraint does not bind there.
   std::vector<double> multipliers;
   bool ever_below = false, ever_positive = false, ever_both = false;  // the stopping gate's two parts, and both at once
   bool positivity_imposed = true;
+  /// λ_pos's schedule: the positivity multiplier where positivity is imposed, and the integrability's clock always.
+  double schedule = 0;
   double training = not_a_number, validation = not_a_number;  ///< χ²/n at the kept state
   std::string error;
   // After the batch, at the kept state:
@@ -165,7 +168,7 @@ void split(const DisData& d, double training_fraction, std::uint64_t seed, index
   for (index_t s = 0; s < d.datasets(); ++s) {
     const index_t first = d.offset[static_cast<std::size_t>(s)], n = d.offset[static_cast<std::size_t>(s) + 1] - first;
     const auto n_tr = static_cast<index_t>(std::floor(training_fraction * static_cast<double>(n)));
-    const index_t n_val = n_tr > 0 ? n - n_tr : 0;  // a one-point dataset trains (n3fit keeps it with probability 0.75)
+    const index_t n_val = n_tr > 0 ? n - n_tr : 0;  // a one-point dataset trains (n3fit keeps it with probability frac)
     // training_split holds out ⌊n·fraction⌋ points: half a point above n_val makes that exactly n_val.
     const double fraction = n_val > 0 ? (static_cast<double>(n_val) + 0.5) / static_cast<double>(n) : 0.0;
     const auto keep = fitlib::training_split(n, fraction, seed, static_cast<std::uint64_t>(r), static_cast<std::uint64_t>(s));
@@ -190,9 +193,10 @@ void prepare_inputs(const DisData& d, DisObjective& f, const Phase& ph, index_t 
   DisReplicaInputs& p = f.inputs(2 * R + r);
   t.pre = v.pre = p.pre = out.pre;
   t.whitened = p.whitened = whiten(*ph.C, d.fk.table, tr, data);
-  v.whitened = whiten(*ph.C, d.fk.table, vl, data);
+  v.whitened = vl == tr ? t.whitened : whiten(*ph.C, d.fk.table, vl, data);
   out.positivity_imposed = ph.positivity;
-  t.positivity = ph.positivity ? positivity_initial : 0;  // 0: no term, and the growths below leave it 0
+  out.schedule = positivity_initial;
+  t.positivity = ph.positivity ? out.schedule : 0;  // 0: no positivity term
   t.positivity_multipliers = Eigen::VectorXd::Zero(d.positivity.table.rows());
   t.integrability = integrability_of(positivity_initial, ph.positivity_max);
   v.positivity = v.integrability = p.positivity = p.integrability = 0;
@@ -355,12 +359,13 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
           f.update_positivity_multipliers(r, out.current);
           DisReplicaInputs& t = f.inputs(r);
           const double cap = out.ever_below ? s.positivity_max : std::min(s.positivity_gate, s.positivity_max);
-          t.positivity = std::min(cap, t.positivity * positivity_growth);  // cap ≥ λ: it starts at 184.8 ≤ the gate and only grows
-          t.integrability = integrability_of(t.positivity, s.positivity_max);
+          out.schedule = std::min(cap, out.schedule * positivity_growth);  // cap ≥ λ: it starts at 184.8 ≤ the gate and only grows
+          t.positivity = out.positivity_imposed ? out.schedule : 0;
+          t.integrability = integrability_of(out.schedule, s.positivity_max);
         };
         fitlib::train_replica(minimizer, fr, loss, to, set_multiplier, Network::initial(ph.seeds.network, static_cast<std::uint64_t>(r)), out.fit);
         const DisReplicaInputs& in = f.inputs(r);
-        const Eigen::VectorXd mu = (in.positivity_multipliers - in.positivity * f.positivity_observables(out.fit.x, out.pre)).cwiseMax(0.0);
+        const Eigen::VectorXd mu = (in.positivity_multipliers - in.positivity * f.positivity_observables(out.current, out.pre)).cwiseMax(0.0);
         out.multipliers.assign(mu.data(), mu.data() + mu.size());
         std::vector<double>().swap(out.fit.covariance);  // 763² NaNs (no postfit covariance asked for): 4.7 MB a replica
         out.training = chi2(plain, out.fit.x, out.ntraining);
@@ -562,11 +567,11 @@ int main(int argc, char** argv) {
     }
   }
   if (s.replicas < 1 || s.width < 1 || s.t0_replicas < 0 || s.maxiter < 1 || s.patience < 1 || !(s.positivity_max >= positivity_initial) ||
-      !(s.positivity_gate >= positivity_initial) || !(s.training_fraction > 0 && s.training_fraction <= 1) ||
+      !(s.positivity_gate >= positivity_initial) || !(s.training_fraction >= 0.5 && s.training_fraction <= 1) ||
       (s.subset != "all" && s.subset != "poc") || !(s.positivity_xmax > 0)) {
     std::fprintf(stderr,
                  "nnpdf_dis_fit: --replicas, --width, --maxiter and --patience must be >= 1, --t0-replicas >= 0, --positivity-max and "
-                 "--positivity-gate >= %g, --training-fraction in (0, 1], --positivity-xmax > 0, --subset all or poc\n",
+                 "--positivity-gate >= %g, --training-fraction in [0.5, 1], --positivity-xmax > 0, --subset all or poc\n",
                  positivity_initial);
     return 2;
   }
@@ -684,6 +689,7 @@ int main(int argc, char** argv) {
   for (index_t i = 0; i < N; ++i) total.rows.push_back(i);
   per_dataset.push_back(total);
   std::vector<Subset> anchors = anchor_subsets(d);
+  if (s.subset == "poc") anchors.pop_back();  // "HERA NC e+p 920, all" would be its Q² ≤ 100 points again
   for (auto* list : {&per_dataset, &anchors})
     for (Subset& sub : *list) {
       sub.t0 = chi2_per_point(d, C_t0, sub.rows, mean);
