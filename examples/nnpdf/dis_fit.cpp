@@ -147,7 +147,6 @@ struct Outcome {
   /// unit of that observable were it allowed below 0; 0 where the constraint does not bind there.
   std::vector<double> multipliers;
   bool ever_below = false, ever_positive = false, ever_both = false;  // the stopping gate's two parts, and both at once
-  bool positivity_imposed = true;
   /// λ_pos's schedule: the positivity multiplier where positivity is imposed, and the integrability's clock always.
   double schedule = 0;
   double training = not_a_number, validation = not_a_number;  ///< χ²/n at the kept state
@@ -195,7 +194,6 @@ void prepare_inputs(const DisData& d, DisObjective& f, const Phase& ph, index_t 
   t.pre = v.pre = p.pre = out.pre;
   t.whitened = p.whitened = whiten(*ph.C, d.fk.table, tr, data);
   v.whitened = vl == tr ? t.whitened : whiten(*ph.C, d.fk.table, vl, data);
-  out.positivity_imposed = ph.positivity;
   out.schedule = positivity_initial;
   t.positivity = ph.positivity ? out.schedule : 0;  // 0: no positivity term
   t.positivity_multipliers = Eigen::VectorXd::Zero(d.positivity.table.rows());
@@ -258,12 +256,12 @@ std::array<double, 5> arc_lengths(std::span<const double> w, const Preprocessing
 }
 
 /// Why a replica is dropped by postfit (n3fit fact 18), or "kept".
-std::string verdict(const Outcome& o) {
+std::string verdict(const Outcome& o, bool positivity_imposed) {
   if (!o.error.empty()) return "failed";
   // The kept state is above the threshold only where no state passed the stopping gate (it is then the start).
   if (!(o.validation < chi2_threshold))
     return !o.ever_below ? "never below the chi2 threshold" : !o.ever_positive ? "never positive" : "never below the threshold while positive";
-  if (o.positivity_imposed && o.least_positivity < -positivity_tolerance) return "positivity veto";
+  if (positivity_imposed && o.least_positivity < -positivity_tolerance) return "positivity veto";
   if (o.integrability > integrability_threshold) return "integrability veto";
   return "kept";
 }
@@ -347,7 +345,7 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
           const Eigen::VectorXd o = f.positivity_observables(x, out.pre);
           const double least = o.minCoeff(&out.least_row);
           out.positivity_history.push_back(least);
-          const bool below = v < chi2_threshold, positive = !out.positivity_imposed || least >= -positivity_tolerance;
+          const bool below = v < chi2_threshold, positive = !ph.positivity || least >= -positivity_tolerance;
           out.ever_below = out.ever_below || below;
           out.ever_positive = out.ever_positive || positive;
           out.ever_both = out.ever_both || (below && positive);
@@ -356,17 +354,16 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
         // At every tick of the clock: the multipliers' update at the current point (the minimiser restarts there),
         // and λ ×10 up to the gate, past it to --positivity-max once the replica's validation χ² has been below the
         // threshold. At the largest λ the multipliers go on converging (the method of multipliers' outer loop).
-        const auto set_multiplier = [&f, &out, r, &s](double) {
+        const auto set_multiplier = [&f, &out, r, &s, &ph](double) {
           f.update_positivity_multipliers(r, out.current);
           DisReplicaInputs& t = f.inputs(r);
           const double cap = out.ever_below ? s.positivity_max : std::min(s.positivity_gate, s.positivity_max);
           out.schedule = std::min(cap, out.schedule * positivity_growth);  // cap ≥ λ: it starts at 184.8 ≤ the gate and only grows
-          t.positivity = out.positivity_imposed ? out.schedule : 0;
+          t.positivity = ph.positivity ? out.schedule : 0;
           t.integrability = integrability_of(out.schedule, s.positivity_max);
         };
         fitlib::train_replica(minimizer, fr, loss, to, set_multiplier, Network::initial(ph.seeds.network, static_cast<std::uint64_t>(r)), out.fit);
-        const DisReplicaInputs& in = f.inputs(r);
-        const Eigen::VectorXd mu = (in.positivity_multipliers - in.positivity * f.positivity_observables(out.current, out.pre)).cwiseMax(0.0);
+        const Eigen::VectorXd mu = f.multiplier_estimates(r, out.current);
         out.multipliers.assign(mu.data(), mu.data() + mu.size());
         std::vector<double>().swap(out.fit.covariance);  // 763² NaNs (no postfit covariance asked for): 4.7 MB a replica
         out.training = chi2(plain, out.fit.x, out.ntraining);
@@ -395,7 +392,7 @@ std::vector<Outcome> fit_phase(const DisData& d, DisObjective& f, const Phase& p
     } else {
       release_inputs(f, ph, r);
     }
-    o.verdict = verdict(o);
+    o.verdict = verdict(o, ph.positivity);
   }
   if (which.empty()) distribution_vetoes(outcomes);
   return outcomes;
@@ -857,7 +854,7 @@ int main(int argc, char** argv) {
     h5::write(reps, "chi2_t0", std::span<const double>(replica_chi2));
     h5::write(reps, "least_positivity", std::span<const double>(pos));
     h5::write(reps, "integrability_number", std::span<const double>(integ));
-    // The positivity multipliers μ at the end, [replica, positivity row], with each row's set and x.
+    // The multiplier estimates at each replica's last point, [replica, positivity row], with each row's set and x.
     const std::size_t P = static_cast<std::size_t>(d.positivity.rows());
     std::vector<double> mu(R * P, not_a_number);
     std::vector<std::string> row_set(P);

@@ -120,13 +120,16 @@ class DisObjective : public ColumnObjective<DisObjective> {
   double least_positivity(std::span<const double> w, const Preprocessing& pre) { return positivity_observables(w, pre).minCoeff(); }
   /// The augmented Lagrangian's update of replica input k's multiplier estimates at weights w, before its λ changes:
   /// μ ← max(0, μ − λ·O(w)). The objective changes with them: the minimiser restarts after it.
-  void update_positivity_multipliers(index_t k, std::span<const double> w) {
-    if (w.size() != Network::size) throw std::logic_error("update_positivity_multipliers: weights of the wrong size (no current point?)");
-    DisReplicaInputs& in = inputs(k);
+  void update_positivity_multipliers(index_t k, std::span<const double> w) { inputs(k).positivity_multipliers = multiplier_estimates(k, w); }
+  /// That update's value, max(0, μ − λ·O(w)), without making it: the Lagrange multiplier estimates of replica input
+  /// k's positivity constraints at w (what ½χ² would gain per unit of each observable allowed below 0).
+  Eigen::VectorXd multiplier_estimates(index_t k, std::span<const double> w) {
+    if (w.size() != Network::size) throw std::logic_error("multiplier_estimates: weights of the wrong size (no current point?)");
+    const DisReplicaInputs& in = inputs(k);
     const Eigen::VectorXd o = positivity_observables(w, in.pre);
     if (in.positivity_multipliers.size() != o.size())
-      throw std::logic_error("update_positivity_multipliers: the replica's multipliers are not set (one per positivity observable)");
-    in.positivity_multipliers = (in.positivity_multipliers - in.positivity * o).cwiseMax(0.0);
+      throw std::logic_error("multiplier_estimates: the replica's multipliers are not set (one per positivity observable)");
+    return (in.positivity_multipliers - in.positivity * o).cwiseMax(0.0);
   }
 
  private:
