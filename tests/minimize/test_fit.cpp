@@ -441,6 +441,40 @@ TEST_CASE("fit: with Exact the EDM is tested at every iterate, and the last Hess
   CHECK(before.edm >= 1e-10);
 }
 
+TEMPLATE_TEST_CASE("fit: a Krylov minimizer's EDM test computes ∇²f, and the postfit takes it where the fit stops", "[fit]", SteihaugCG,
+                   Gltr) {
+  // The covariance needs ∇²f at the minimum anyway: the EDM that stops the fit is computed from it (in
+  // the parameters' own coordinates, whatever the preconditioner), not by conjugate gradients on HVPs.
+  SerialLikelihood nll(examples::demo_analysis());
+  TrustRegionOptions o;
+  o.gtol = 0;
+  o.edm_tol = 1e-12;
+  FitOptions fo;
+  fo.preconditioning = GENERATE(Preconditioning::none, Preconditioning::cholesky);
+  INFO("preconditioning " << static_cast<int>(fo.preconditioning));
+  const index_t prefit = fo.preconditioning == Preconditioning::none ? 0 : 1;
+  const FitResult r = fit(nll, TrustRegion<TestType>(o), fo);
+  REQUIRE(r.status == FitStatus::converged_edm);
+  CHECK(r.counts.hessians == 1 + prefit);  // the EDM's ∇²f is the postfit's
+  const index_t n = nll.size();
+  std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
+  nll.hessian(ConstBlockView<double>(r.x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
+  CHECK(test::same_bits(r.hessian, H));
+  CHECK(test::same_bits(r.gradient, g));
+  CHECK(test::same_bits(r.nll, f[0]));
+  CHECK(r.edm == r.stop.edm);
+  CHECK(r.edm < o.edm_tol);
+  // Without the covariance the EDM is CG's, on the same iterates: the same point, no dense ∇²f.
+  fo.covariance = false;
+  const FitResult bare = fit(nll, TrustRegion<TestType>(o), fo);
+  REQUIRE(bare.status == FitStatus::converged_edm);
+  CHECK(test::same_bits(bare.x, r.x));
+  CHECK(bare.iterations == r.iterations);
+  CHECK(bare.counts.hessians == prefit);
+  CHECK(bare.counts.hvps > r.counts.hvps);  // CG's HVPs
+  CHECK(bare.edm == Approx(r.edm).epsilon(1e-4));
+}
+
 TEST_CASE("TrustRegion refuses the Gauss–Newton model where there is none", "[fit][gauss-newton][validation]") {
   SerialLikelihood nll(examples::demo_analysis());
   TrustRegionOptions o;

@@ -222,6 +222,56 @@ FITLIB_PREBUILT_INLINE Eigen::MatrixXd preconditioner_factor(const std::vector<d
 }  // namespace detail
 
 namespace detail {
+/// fit's coordinates (Reparametrized), for a Krylov minimizer: its EDM test would run conjugate
+/// gradients on HVPs (TrustRegion's cg_edm), but where fit computes the covariance, the dense ∇²f at
+/// the minimum is needed anyway. So with `dense`, `dense_edm` computes f, g and ∇²f at the iterate in
+/// the parameters' own coordinates (the EDM ½·gᵀH⁻¹g does not depend on the fixed linear change of
+/// variables) and keeps them; where the fit stops there, the postfit takes them (`take_hessian_at`)
+/// instead of computing them again. A test that does not stop the fit costs a dense Hessian instead
+/// of CG's HVPs. Without `dense` (no covariance) the EDM stays CG's.
+template <objective F>
+class ReparametrizedKeepingHessian : public Reparametrized<F> {
+ public:
+  ReparametrizedKeepingHessian(F& f, std::vector<double> x_ref, std::vector<index_t> free, Eigen::MatrixXd L, bool dense)
+      : Reparametrized<F>(f, std::move(x_ref), std::move(free), std::move(L)), f_(&f), dense_(dense) {}
+
+  /// ½·gᵀH⁻¹g over the free parameters at the point y (TrustRegion::edm); NaN without `dense`.
+  double dense_edm(std::span<const double> y, EvaluationCounts& counts) {
+    if (!dense_) return std::numeric_limits<double>::quiet_NaN();
+    const index_t n = this->full_size(), m = this->size();
+    const std::vector<index_t>& free = this->free();
+    x_.resize(static_cast<std::size_t>(n));
+    this->to_full(ConstBlockView<double>(y.data(), m, 1), BlockView<double>(x_.data(), n, 1));
+    full_hessian(*f_, x_, value_, g_, H_, counts);
+    Eigen::MatrixXd h(m, m);
+    std::vector<double> g(static_cast<std::size_t>(m));
+    for (index_t c = 0; c < m; ++c) {
+      const auto jc = static_cast<std::size_t>(free[static_cast<std::size_t>(c)]);
+      g[static_cast<std::size_t>(c)] = g_[jc];
+      for (index_t k = 0; k < m; ++k) h(k, c) = H_[static_cast<std::size_t>(free[static_cast<std::size_t>(k)]) + jc * static_cast<std::size_t>(n)];
+    }
+    return detail::dense_edm(h, g);
+  }
+
+  /// The Hessian (`[n × n]`, all parameters) kept at x, with f's value and gradient there into
+  /// `value` and `g`; empty (and `value`, `g` untouched) where none was computed at exactly x.
+  std::vector<double> take_hessian_at(const std::vector<double>& x, double& value, std::vector<double>& g) {
+    if (H_.empty() || x_ != x) return {};
+    value = value_;
+    g = std::move(g_);
+    std::vector<double> H = std::move(H_);
+    x_.clear();
+    H_.clear();
+    return H;
+  }
+
+ private:
+  F* f_;
+  bool dense_;
+  std::vector<double> x_, g_, H_;
+  double value_ = 0;
+};
+
 /// EndGame::krylov: trust-krylov from the Gauss–Newton phase's last iterate r.x, in coordinates
 /// y = Lᵀ(x − r.x) where L·Lᵀ is the phase's last Gauss–Newton matrix G (`gn.hessian`) in the
 /// parameters' own coordinates: G is the matrix in the phase's coordinates y₀ = L0ᵀ(x − x0), so
@@ -229,16 +279,18 @@ namespace detail {
 /// and the EDM's conjugate gradients take few HVPs there, and the trust region is measured in the metric
 /// the minimum's curvature sets; the EDM that decides the stop does not depend on the fixed change of
 /// variables. Iterations, evaluations, the iteration limit and the clock go on from the phase's; the
-/// callbacks see one minimisation. Sets r.x, r.status, r.stop, r.iterations and r.counts.
+/// callbacks see one minimisation. Sets r.x, r.status, r.stop, r.iterations and r.counts; with
+/// `covariance`, the EDM is the dense ∇²f's (ReparametrizedKeepingHessian), and the matrix at r.x,
+/// where the last EDM test was there, goes into `known` with r.nll and r.gradient.
 template <objective F, class Sub, class... Callbacks>
 void krylov_end_game(F& f, const TrustRegionOptions& options, const TrustRegionState<Sub>& gn, const Eigen::MatrixXd& L0,
-                     const std::vector<index_t>& free, FitResult& r, Callbacks&... callbacks) {
+                     const std::vector<index_t>& free, bool covariance, FitResult& r, std::vector<double>& known, Callbacks&... callbacks) {
   const index_t n = static_cast<index_t>(r.x.size()), m = static_cast<index_t>(free.size());
   std::vector<index_t> all(static_cast<std::size_t>(m));
   std::iota(all.begin(), all.end(), index_t{0});
   Eigen::MatrixXd L = preconditioner_factor(gn.hessian, m, all, Preconditioning::cholesky, {});
   if (L0.size() > 0) L = (L0 * L).eval();  // lower triangular, as both factors
-  Reparametrized<F> end(f, r.x, free, std::move(L));
+  ReparametrizedKeepingHessian<F> end(f, r.x, free, std::move(L), covariance);
   TrustRegionOptions o = options;
   o.curvature = Curvature::exact;
   o.end_game = EndGame::hessian;
@@ -257,6 +309,7 @@ void krylov_end_game(F& f, const TrustRegionOptions& options, const TrustRegionS
   r.stop = krylov.stop_test(s);
   r.iterations = s.iteration;
   r.counts = s.counts;
+  known = end.take_hessian_at(r.x, r.nll, r.gradient);
 }
 
 /// What `fit` computes at the minimum r.x, into r: with `covariance`, the dense Hessian, the
@@ -345,8 +398,9 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
     }
     L = detail::preconditioner_factor(H, n, free, options.preconditioning, options.preconditioner_blocks);
   }
-  Reparametrized<F> reduced(f, r.x0, free, L);
+  detail::ReparametrizedKeepingHessian<F> reduced(f, r.x0, free, L, options.covariance);
   typename TrustRegion<Sub>::state_type state;
+  std::vector<double> known;  // ∇²f at r.x (all parameters) where the minimizer computed it there
   if (m > 0) {
     const std::vector<double> y0(static_cast<std::size_t>(m), 0.0);
     minimizer.init(reduced, state, y0);
@@ -360,19 +414,21 @@ FitResult fit(F& f, const TrustRegion<Sub>& minimizer, const FitOptions& options
     r.iterations = state.iteration;
     r.counts = state.counts;
     if constexpr (Sub::needs_hessian && objective_with_gauss_newton<Reparametrized<F>>)
-      if (state.status == FitStatus::handed_over) detail::krylov_end_game(f, minimizer.options(), state, L, free, r, callbacks...);
+      if (state.status == FitStatus::handed_over)
+        detail::krylov_end_game(f, minimizer.options(), state, L, free, options.covariance, r, known, callbacks...);
+    if (state.status != FitStatus::handed_over && options.covariance) known = reduced.take_hessian_at(r.x, r.nll, r.gradient);
   } else {  // everything frozen (a scan point, a fixed hypothesis): nothing to minimise
     r.x = r.x0;
     r.status = FitStatus::converged_gtol;
   }
   r.counts += extra;  // the preconditioner's prefit Hessian
 
-  // Where the minimizer's coordinates are the parameters themselves, its value and gradient at the last
-  // iterate are the postfit ones (the same evaluation at the same point: the same bits), and so is its
-  // last ∇²f where it kept one; else the matrix alone is computed there (objective_with_bare_hessian).
-  // (The Krylov end game's coordinates are preconditioned ones.)
-  std::vector<double> known;
-  if (options.covariance && m == n && m > 0 && L.size() == 0 && state.status != FitStatus::handed_over) {
+  // The postfit's ∇²f at r.x where a Krylov minimizer's last EDM test computed it there (`known`,
+  // above). Else, where the minimizer's coordinates are the parameters themselves, its value and
+  // gradient at the last iterate are the postfit ones (the same evaluation at the same point: the same
+  // bits), and so is its last ∇²f where it kept one; else the matrix alone is computed there
+  // (objective_with_bare_hessian). (The Krylov end game's coordinates are preconditioned ones.)
+  if (known.empty() && options.covariance && m == n && m > 0 && L.size() == 0 && state.status != FitStatus::handed_over) {
     if (Sub::needs_hessian && state.model == Curvature::exact && state.hessian_at_x) {
       known = std::move(state.hessian);
     } else if constexpr (objective_with_bare_hessian<F>) {

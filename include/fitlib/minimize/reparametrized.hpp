@@ -24,6 +24,8 @@ class Reparametrized {
 
   index_t size() const { return static_cast<index_t>(free_.size()); }
   index_t full_size() const { return static_cast<index_t>(x_ref_.size()); }
+  /// The free parameters' indices among the full ones (S's columns).
+  const std::vector<index_t>& free() const { return free_; }
 
   /// X (`[n × N]`) = x_ref + S·L⁻ᵀ·Y for the columns of Y (`[m × N]`).
   void to_full(ConstBlockView<double> Y, BlockView<double> X) const {

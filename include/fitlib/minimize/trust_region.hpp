@@ -79,6 +79,57 @@ inline double dot(std::span<const double> a, std::span<const double> b) {
   return d;
 }
 
+/// ½·gᵀy for H·y = g by conjugate gradients (`hv(d, Hd)` writes H·d) to a relative residual of 1e-8.
+/// +∞ where H is not positive definite along the way (no minimum to estimate a distance to), and
+/// where CG has not met its tolerance after 2n iterations: a partial gᵀy only bounds the EDM from
+/// below, and a lower bound must not pass for convergence. CG never leaves the gradient's Krylov
+/// space, so a singular H whose null space g does not reach (a parameter the NLL does not depend on)
+/// has an EDM.
+template <class HessianVector>
+double cg_edm(std::span<const double> g, HessianVector&& hv) {
+  const std::size_t n = g.size();
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> y(n, 0.0), r(g.begin(), g.end()), d(r), Hd(n);
+  double rr = 0;
+  for (double v : r) rr += v * v;
+  const double stop = 1e-16 * rr;  // (1e-8 relative residual)²
+  for (std::size_t it = 0; it < 2 * n && rr > stop; ++it) {
+    hv(d.data(), Hd.data());
+    double dHd = 0;
+    for (std::size_t i = 0; i < n; ++i) dHd += d[i] * Hd[i];
+    if (!(dHd > 0)) return inf;
+    const double alpha = rr / dHd;
+    double rr_next = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      y[i] += alpha * d[i];
+      r[i] -= alpha * Hd[i];
+      rr_next += r[i] * r[i];
+    }
+    for (std::size_t i = 0; i < n; ++i) d[i] = r[i] + rr_next / rr * d[i];
+    rr = rr_next;
+  }
+  if (rr > stop) return inf;  // not converged in 2n iterations
+  double e = 0;
+  for (std::size_t i = 0; i < n; ++i) e += g[i] * y[i];
+  return 0.5 * e;
+}
+
+/// ½·gᵀH⁻¹g with a dense H: from its Cholesky factor, or where there is none (H singular or
+/// indefinite) by cg_edm with the matrix itself, so that a singular H has the EDM it has without a
+/// dense matrix, and an indefinite one +∞.
+inline double dense_edm(const Eigen::Ref<const Eigen::MatrixXd>& H, std::span<const double> g) {
+  const index_t n = static_cast<index_t>(g.size());
+  const Eigen::Map<const Eigen::VectorXd> gv(g.data(), n);
+  const Eigen::LLT<Eigen::MatrixXd> llt(H);
+  if (llt.info() == Eigen::Success) {
+    const double e = 0.5 * gv.dot(llt.solve(gv));
+    if (std::isfinite(e)) return e;
+  }
+  return cg_edm(g, [&](const double* d, double* Hd) {
+    Eigen::Map<Eigen::VectorXd>(Hd, n).noalias() = H * Eigen::Map<const Eigen::VectorXd>(d, n);
+  });
+}
+
 /// The dense Hessian of `f` at x: the objective's own when it has one, else n HVPs; or its
 /// Gauss–Newton matrix (`model`, objective_with_gauss_newton; counted as a Hessian).
 template <objective F>
@@ -382,7 +433,9 @@ class TrustRegion {
   }
 
   /// EDM = ½·gᵀH⁻¹g at the current iterate: from the dense Hessian where the subproblem keeps one
-  /// (dense_edm), else by conjugate gradients on H·y = g with HVPs (cg_edm).
+  /// (dense_edm); else from the objective's own `dense_edm(x, counts)` where it offers one and it
+  /// answers (not NaN: fit's objective computes ∇²f there where the covariance needs it anyway); else
+  /// by conjugate gradients on H·y = g with HVPs (cg_edm).
   /// Under Curvature::gauss_newton the model first switches to ∇²f at x: an EDM is never the
   /// approximation's.
   template <objective F>
@@ -395,64 +448,21 @@ class TrustRegion {
       return dense_edm(s);
     } else {
       const index_t n = s.size();
-      return cg_edm(s, [&](const double* d, double* Hd) {
+      if constexpr (requires { f.dense_edm(std::span<const double>(s.x), s.counts); }) {
+        const double e = f.dense_edm(std::span<const double>(s.x), s.counts);
+        if (!std::isnan(e)) return e;
+      }
+      return detail::cg_edm(s.g, [&](const double* d, double* Hd) {
         f.hessp(ConstBlockView<double>(s.x.data(), n, 1), ConstBlockView<double>(d, n, 1), BlockView<double>(Hd, n, 1));
         ++s.counts.hvps;
       });
     }
   }
 
-  /// ½·gᵀy for H·y = g by conjugate gradients (`hv(d, Hd)` writes H·d) to a relative residual of 1e-8.
-  /// +∞ where H is not positive definite along the way (no minimum to estimate a distance to), and
-  /// where CG has not met its tolerance after 2n iterations: a partial gᵀy only bounds the EDM from
-  /// below, and a lower bound must not pass for convergence. CG never leaves the gradient's Krylov
-  /// space, so a singular H whose null space g does not reach (a parameter the NLL does not depend on)
-  /// has an EDM.
-  template <class HessianVector>
-  static double cg_edm(const state_type& s, HessianVector&& hv) {
-    const index_t n = s.size();
-    const double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> y(static_cast<std::size_t>(n), 0.0), r(s.g), d(s.g), Hd(static_cast<std::size_t>(n));
-    double rr = 0;
-    for (double v : r) rr += v * v;
-    const double stop = 1e-16 * rr;  // (1e-8 relative residual)²
-    for (index_t it = 0; it < 2 * n && rr > stop; ++it) {
-      hv(d.data(), Hd.data());
-      double dHd = 0;
-      for (index_t i = 0; i < n; ++i) dHd += d[static_cast<std::size_t>(i)] * Hd[static_cast<std::size_t>(i)];
-      if (!(dHd > 0)) return inf;
-      const double alpha = rr / dHd;
-      double rr_next = 0;
-      for (index_t i = 0; i < n; ++i) {
-        const auto k = static_cast<std::size_t>(i);
-        y[k] += alpha * d[k];
-        r[k] -= alpha * Hd[k];
-        rr_next += r[k] * r[k];
-      }
-      for (index_t i = 0; i < n; ++i) d[static_cast<std::size_t>(i)] = r[static_cast<std::size_t>(i)] + rr_next / rr * d[static_cast<std::size_t>(i)];
-      rr = rr_next;
-    }
-    if (rr > stop) return inf;  // not converged in 2n iterations
-    double e = 0;
-    for (index_t i = 0; i < n; ++i) e += s.g[static_cast<std::size_t>(i)] * y[static_cast<std::size_t>(i)];
-    return 0.5 * e;
-  }
-
-  /// ½·gᵀH⁻¹g with the dense matrix at x: from its Cholesky factor, or where there is none (H singular
-  /// or indefinite) by cg_edm with the matrix itself, so that a singular H has the EDM it has without
-  /// a dense matrix, and an indefinite one +∞.
+  /// ½·gᵀH⁻¹g with the dense matrix at x (detail::dense_edm).
   static double dense_edm(const state_type& s) {
     const index_t n = s.size();
-    const Eigen::Map<const Eigen::MatrixXd> H(s.hessian.data(), n, n);
-    const Eigen::Map<const Eigen::VectorXd> g(s.g.data(), n);
-    const Eigen::LLT<Eigen::MatrixXd> llt(H);
-    if (llt.info() == Eigen::Success) {
-      const double e = 0.5 * g.dot(llt.solve(g));
-      if (std::isfinite(e)) return e;
-    }
-    return cg_edm(s, [&](const double* d, double* Hd) {
-      Eigen::Map<Eigen::VectorXd>(Hd, n).noalias() = H * Eigen::Map<const Eigen::VectorXd>(d, n);
-    });
+    return detail::dense_edm(Eigen::Map<const Eigen::MatrixXd>(s.hessian.data(), n, n), s.g);
   }
 
   /// With ∇²f at hand at every iterate (Exact), the EDM test costs no evaluation: it is made at each
