@@ -52,6 +52,16 @@ TrustRegion<Exact>::state_type run_to_stop(SerialLikelihood& nll, const TrustReg
   return s;
 }
 
+/// The postfit's Hessian, gradient and NLL are bit for bit those of the likelihood at the minimum.
+void check_postfit_at_minimum(SerialLikelihood& nll, const FitResult& r) {
+  const index_t n = nll.size();
+  std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
+  nll.hessian(ConstBlockView<double>(r.x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
+  CHECK(test::same_bits(r.hessian, H));
+  CHECK(test::same_bits(r.gradient, g));
+  CHECK(test::same_bits(r.nll, f[0]));
+}
+
 void check_same_minimum(const FitResult& r, const FitResult& ref) {
   REQUIRE(r.converged());
   CHECK(std::abs(r.nll - ref.nll) < 1e-9);
@@ -427,12 +437,7 @@ TEST_CASE("fit: with Exact the EDM is tested at every iterate, and the last Hess
   const FitResult r = fit(nll, TrustRegion<Exact>(o), {}, accepted);
   REQUIRE(r.status == FitStatus::converged_edm);
   // The start and every accepted iterate had one Hessian; the postfit took the last (the same bits).
-  const index_t n = nll.size();
-  std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
-  nll.hessian(ConstBlockView<double>(r.x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
-  CHECK(test::same_bits(r.hessian, H));
-  CHECK(test::same_bits(r.gradient, g));
-  CHECK(test::same_bits(r.nll, f[0]));
+  check_postfit_at_minimum(nll, r);
   CHECK(r.counts.hessians == accepted.n + 1);
   // The stop came at the first iterate whose EDM is below edm_tol: the one before was not.
   o.maxiter = r.iterations - 1;
@@ -456,12 +461,7 @@ TEMPLATE_TEST_CASE("fit: a Krylov minimizer's EDM test computes ∇²f, and the 
   const FitResult r = fit(nll, TrustRegion<TestType>(o), fo);
   REQUIRE(r.status == FitStatus::converged_edm);
   CHECK(r.counts.hessians == 1 + prefit);  // the EDM's ∇²f is the postfit's
-  const index_t n = nll.size();
-  std::vector<double> f(1), g(static_cast<std::size_t>(n)), H(static_cast<std::size_t>(n * n));
-  nll.hessian(ConstBlockView<double>(r.x.data(), n, 1), f, BlockView<double>(g.data(), n, 1), BlockView<double>(H.data(), n, n));
-  CHECK(test::same_bits(r.hessian, H));
-  CHECK(test::same_bits(r.gradient, g));
-  CHECK(test::same_bits(r.nll, f[0]));
+  check_postfit_at_minimum(nll, r);
   CHECK(r.edm == r.stop.edm);
   CHECK(r.edm < o.edm_tol);
   // Without the covariance the EDM is CG's, on the same iterates: the same point, no dense ∇²f.
