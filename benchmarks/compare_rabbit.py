@@ -6,7 +6,7 @@
     python3 benchmarks/compare_rabbit.py [--quick] [--threads 1] [--fitlib build/apps/fitlib-fit/fitlib-fit]
                                          [--keep DIR [--reuse-rabbit]] [--only REGEX] [--out FILE]
                                          [--realistic 400,2000] [--realistic-sparse 400]
-                                         [--fitlib-variant NAME=ARGS ...] [--skip-rabbit REGEX]
+                                         [--fitlib-variant NAME=ARGS ...] [--skip-rabbit REGEX] [--repeat N]
     python3 benchmarks/compare_rabbit.py --write-fixture tests/data/rabbit_fixture
     python3 benchmarks/compare_rabbit.py --update-fixture-nllvalfull tests/data/rabbit_fixture
     python3 benchmarks/compare_rabbit.py --update-fixture-hists tests/data/rabbit_fixture
@@ -46,6 +46,9 @@ numpy, ...) and re-executes itself inside it. Then:
 exact="--minimizerMethod trust-exact") on every (tensor, configuration), as row TENSOR/CONFIG:NAME
 compared with the same rabbit run. --skip-rabbit REGEX runs only fitlib-fit on the rows it matches
 (e.g. realistic_2000, where rabbit takes many minutes): they are reported "fitlib only".
+--repeat N runs both programs N times on every row, alternating (rabbit, fitlib-fit, rabbit, ...),
+and reports each program's median CPU and wall seconds (every run's are kept in the JSON as
+cpu_samples and wall_samples): on a shared machine one run's seconds vary by 10 % or more.
 
 --write-fixture DIR writes the small test fixture instead: rabbit's test tensor (dense and sparse,
 each Blosc2- and gzip-compressed) and rabbit_results.json with rabbit's fits of it (run with
@@ -82,6 +85,7 @@ import re
 import resource
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -138,6 +142,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--compression", choices=("blosc2", "gzip"), default="blosc2",
                    help="numeric datasets of the tensors: blosc2 (rabbit's current writer, default) or gzip "
                         "(what rabbit-fit 0.2.5's TensorWriter writes)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run each fitter N times, alternating, and report the median CPU and wall seconds "
+                        "(every run's seconds are kept in the JSON; default 1)")
     p.add_argument("--rabbit-timeout", type=float, default=1800, help="seconds before a rabbit run is abandoned")
     p.add_argument("--fitlib-timeout", type=float, default=1800, help="seconds before a fitlib-fit run is abandoned")
     p.add_argument("--write-fixture", metavar="DIR", help="write the rabbit fixture for `make test` into DIR and exit")
@@ -561,6 +568,25 @@ def hessian_weights(rows: list[dict]) -> None:
 # --------------------------------------------------------------------------------------------
 # Rows and the table.
 
+def median_run(runs: list[dict]) -> dict:
+    """One program's row from its repeated runs: the first run's fit, the median CPU and wall seconds,
+    and every run's seconds (`cpu_samples`, `wall_samples`); a run with an error makes the row's error.
+    The result files left on disk are the last run's (the fits are deterministic: the same numbers)."""
+    row = dict(runs[0])
+    if len(runs) > 1:
+        for key in ("cpu_seconds", "wall_seconds"):
+            samples = [r.get(key) for r in runs]
+            row[key.replace("seconds", "samples")] = samples
+            row[key] = statistics.median(samples) if None not in samples else None
+        row["error"] = next((r["error"] for r in runs if r.get("error")), None)
+    return row
+
+
+def repeat_text(run: dict) -> str:
+    """', median of 0.91/0.87/0.95 s' for a repeated run's CPU seconds, else ''."""
+    samples = run.get("cpu_samples")
+    return f", median of {'/'.join(f'{s:.2f}' for s in samples)} s" if samples and None not in samples else ""
+
 def judge(row: dict) -> None:
     """Fills row['cmp'], row['pass'] and row['failures'] from the two sides."""
     import results
@@ -695,6 +721,8 @@ def compare_main(args: argparse.Namespace) -> None:
 
     vers = versions()
     threads = args.threads
+    if args.repeat < 1:
+        sys.exit(f"compare_rabbit.py: --repeat wants a count of at least 1, got {args.repeat}")
     print(f"== python {vers['python']}, rabbit-fit {vers['rabbit-fit']}, tensorflow {vers['tensorflow']}, "
           f"scipy {vers['scipy']}, threads {threads}, cores {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}",
           flush=True)
@@ -741,15 +769,24 @@ def compare_main(args: argparse.Namespace) -> None:
                     rb = cached
                     print(f"   rabbit {config}: reused {rdir}", flush=True)
                 else:
-                    rb = run_rabbit(path, rdir, config, threads, args.rabbit_timeout)
+                    rb = None  # run below, alternating with fitlib-fit
+                runs = {vname: [] for vname, _ in variants}
+                rabbit_runs = []
+                for _ in range(args.repeat):  # alternating, so that a drift of the machine meets both fitters
+                    if rb is None:
+                        rabbit_runs.append(run_rabbit(path, rdir, config, threads, args.rabbit_timeout))
+                    for vname, vargs in variants:
+                        runs[vname].append(run_fitlib(exe, path, workdir / "fitlib" / spec["name"], config, threads,
+                                                      args.fitlib_timeout, vargs, f"{config}_{vname}" if vname else config))
+                if rabbit_runs:
+                    rb = median_run(rabbit_runs)
                     rb.update(tensor_sha256=sha, config=config)
                     (rdir / "summary.json").write_text(json.dumps(rb, indent=1, default=str) + "\n")
                     print(f"   rabbit {config}: {fmt_seconds(rb['wall_seconds'])} wall ({fmt_seconds(rb['cpu_seconds'])} "
-                          f"CPU), fit {fmt_seconds(rb.get('fit_seconds'))}, {rabbit_iterations(rb)} iterations"
+                          f"CPU{repeat_text(rb)}), fit {fmt_seconds(rb.get('fit_seconds'))}, {rabbit_iterations(rb)} iterations"
                           + (f", ERROR {rb['error']}" if rb.get("error") else ""), flush=True)
                 for vname, vargs in variants:
-                    fl = run_fitlib(exe, path, workdir / "fitlib" / spec["name"], config, threads, args.fitlib_timeout,
-                                    vargs, f"{config}_{vname}" if vname else config)
+                    fl = median_run(runs[vname])
                     row = dict(name=f"{name}:{vname}" if vname else name, tensor=spec["name"], config=config,
                                variant=vname or "default", fitlib_args=vargs, **shape, tensor_sha256=sha,
                                rabbit=rb, fitlib=fl)

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <concepts>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "fitlib/config.hpp"
@@ -13,11 +14,14 @@
 #include "fitlib/device/host_solver.hpp"
 #include "fitlib/device/policy.hpp"
 #include "fitlib/device/serial.hpp"
+#include "fitlib/device/shard_bytes.hpp"
 
 namespace fitlib::device {
 
 /// What the device-layer shard (likelihood/layer_shard.hpp) needs from a device, in one small
 /// contract a CUDA layer implements with cuBLAS and kernels on the shard's stream:
+/// - `reserve(bytes, what)`: throws, before anything is uploaded, unless the device can hold what
+///   the shard will keep there (device/shard_bytes.hpp; `what` names the shard for the message);
 /// - `buffer<T>`: an owning array in device memory;
 /// - `upload(host span, buffer&)` (resizes) and `download(buffer, host span)` (its first
 ///   host.size() entries), `zero(buffer&, n)` (n zeros), `resize(buffer&, n)` (at least n
@@ -30,7 +34,8 @@ namespace fitlib::device {
 /// A layer is built from its shard's resource (a device and stream on a GPU).
 template <class L>
 concept device_layer = requires(L& l, typename L::template buffer<double>& b, std::span<const double> in, std::span<double> out,
-                                const double* a, double* c, index_t n) {
+                                const double* a, double* c, index_t n, const ShardBytes& bytes) {
+  l.reserve(bytes, std::string());
   l.upload(in, b);
   l.download(b, out);
   l.zero(b, n);
@@ -51,6 +56,9 @@ class HostLayer {
 
   template <class T>
   using buffer = std::vector<T>;
+
+  /// The host's memory is the one the host shard uses too: nothing to check ahead.
+  void reserve(const ShardBytes&, const std::string&) const {}
 
   template <class T>
   void upload(std::span<const T> host, buffer<T>& dev) const {

@@ -16,6 +16,7 @@
 #include "fitlib/core/types.hpp"
 #include "fitlib/device/host_layer.hpp"
 #include "fitlib/device/policy.hpp"
+#include "fitlib/device/shard_bytes.hpp"
 #include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/likelihood/bin_algebra.hpp"
 #include "fitlib/likelihood/columns.hpp"
@@ -188,6 +189,8 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     const Model& m = *model_;
     const DenseTemplates& t = detail::tensor_of<storage::Dense>(m);
     P_ = m.nprocs();
+    layer_.reserve(device::dense_shard_bytes(bins.size(), ndata_, P_, m.ncoef(), cols_.nparams()),
+                   "shard " + std::to_string(index) + " (bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "))");
     const std::size_t P = static_cast<std::size_t>(P_), nc = static_cast<std::size_t>(m.ncoef());
     const auto row0 = static_cast<std::size_t>(detail::held_row(m, bins));
     const auto cells = static_cast<std::size_t>(bins.size()) * P;
@@ -392,15 +395,18 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     buffer<unsigned char> fixed, active;
   };
 
-  /// Bins per launch: bounds the per-bin scratch.
-  static constexpr index_t chunk_bins = 1024;
+  /// The per-bin scratch of one launch is kept within this (a GPU then runs a pass's bins in one or
+  /// a few launches wide enough to fill it; at least 1024 bins per launch).
+  static constexpr index_t scratch_bytes = index_t{64} << 20;
 
   detail::ScratchLayout layout(index_t nx) const { return {P_, nx}; }
   /// f(first, count) over the chunks of `nbins` bins, the per-bin scratch sized for a chunk (the
   /// per-bin functions write every scratch entry they read, as the host shard's reused workspaces).
   template <class F>
   void for_chunks(index_t nbins, detail::ScratchLayout lay, F&& f) {
-    const index_t chunk = std::min(chunk_bins, std::max<index_t>(nbins, 1));
+    const index_t per_bin = lay.doubles() * static_cast<index_t>(sizeof(double)) + P_ * lay.nx * static_cast<index_t>(sizeof(detail::CellYield)) +
+                            lay.nx * static_cast<index_t>(sizeof(detail::BinCurvature));
+    const index_t chunk = std::min(std::max<index_t>(1024, scratch_bytes / per_bin), std::max<index_t>(nbins, 1));
     layer_.resize(scratch_, chunk * lay.doubles());
     layer_.resize(scratch_cy_, chunk * P_ * lay.nx);
     layer_.resize(scratch_curv_, chunk * lay.nx);

@@ -113,7 +113,7 @@ class ShardSet {
   /// templates of the shards that hold those bins.
   void backward_observables(BinRange br, ConstBlockView<double> x, ConstBlockView<double> v, BlockView<double> g, BlockView<double> hv,
                             ConstBlockView<double> y, ConstBlockView<double> z) {
-    const index_t nb = br.size(), nx = x.cols, nv = v.empty() ? 0 : v.cols;
+    const index_t nb = br.size(), nv = v.empty() ? 0 : v.cols;
     for (std::size_t k = 0; k < shards_.size(); ++k) {
       const Overlap ov = overlap(k, br);
       if (ov.local.size() == 0) continue;
@@ -122,7 +122,7 @@ class ShardSet {
       rq.v = v;
       rq.grad = g;
       rq.hvp = hv;
-      rq.coupled_y = {y.data + ov.row, ov.local.size(), nx, nb};
+      rq.coupled_y = {y.data + ov.row, ov.local.size(), x.cols, nb};
       rq.coupled_z = {z.data + ov.row, ov.local.size(), nv, nb};
       rq.observables = ov.local;
       rq.accumulate = true;

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+// cuda::Layer against device::HostLayer, primitive by primitive (copies, zeros, GEMMs, launches), and the
+// CUDA policy's own bookkeeping on a real device: streams per shard, the memory check before upload.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fitlib/cuda.cuh"
+
+using namespace fitlib;
+
+namespace {
+std::vector<double> ramp(std::size_t n, double scale) {
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.37 * static_cast<double>(i) + 0.1);
+  return v;
+}
+
+/// x[t] = 2·x[t] + t: a trivially copyable functor, as the shard's per-bin kernels are.
+struct Affine {
+  double* x;
+  FITLIB_HOST_DEVICE void operator()(index_t t) const { x[t] = 2.0 * x[t] + static_cast<double>(t); }
+};
+}  // namespace
+
+TEST_CASE("cuda::Layer: copies, zeros and buffers that only grow", "[cuda]") {
+  cuda::Layer layer(cuda::ShardResource{0});
+  cuda::Buffer<double> b;
+  const std::vector<double> v = ramp(1000, 1.0);
+  layer.upload(std::span<const double>(v), b);
+  CHECK(b.size() == v.size());
+  std::vector<double> back(v.size());
+  layer.download(b, std::span(back));
+  CHECK(back == v);
+  layer.zero(b, 10);
+  std::vector<double> z(10, 1.0);
+  layer.download(b, std::span(z));
+  CHECK(z == std::vector<double>(10, 0.0));
+  layer.resize(b, 5);  // never shrinks
+  CHECK(b.size() == 10);
+  std::vector<double> big(20);
+  CHECK_THROWS_AS(layer.download(b, std::span(big)), usage_error);
+  // A moved buffer and layer keep working; the moved-from ones are empty.
+  cuda::Buffer<double> moved = std::move(b);
+  CHECK(b.data() == nullptr);
+  cuda::Layer other = std::move(layer);
+  other.download(moved, std::span(z));
+  CHECK(z == std::vector<double>(10, 0.0));
+}
+
+TEST_CASE("cuda::Layer: GEMMs equal the host layer's to rounding, k = 0 included", "[cuda]") {
+  cuda::Layer dev(cuda::ShardResource{0});
+  const device::HostLayer host;
+  for (bool trans : {false, true})
+    for (index_t k : {0, 1, 7, 300}) {
+      const index_t m = 37, n = 5, lda = trans ? k + 2 : m + 3, ldb = k + 1, ldc = m + 4;
+      const std::vector<double> a = ramp(static_cast<std::size_t>(lda * (trans ? m : k) + 1), 1.0), bv = ramp(static_cast<std::size_t>(ldb * n + 1), 0.5);
+      std::vector<double> c_host(static_cast<std::size_t>(ldc * n), -1.0), c_dev = c_host;
+      host.gemm(trans, m, n, k, a.data(), lda, bv.data(), ldb, c_host.data(), ldc);
+      cuda::Buffer<double> da, db, dc;
+      dev.upload(std::span<const double>(a), da);
+      dev.upload(std::span<const double>(bv), db);
+      dev.upload(std::span<const double>(c_dev), dc);
+      dev.gemm(trans, m, n, k, da.data(), lda, db.data(), ldb, dc.data(), ldc);
+      dev.download(dc, std::span(c_dev));
+      INFO("trans " << trans << ", k " << k);
+      for (index_t j = 0; j < n; ++j)
+        for (index_t i = 0; i < ldc; ++i) {
+          const auto at = static_cast<std::size_t>(i + j * ldc);
+          if (i >= m) CHECK(c_dev[at] == -1.0);  // outside op(a)·b's rows: untouched
+          else CHECK(std::abs(c_dev[at] - c_host[at]) <= 1e-13 * (1.0 + std::abs(c_host[at])));
+        }
+    }
+}
+
+TEST_CASE("cuda::Layer: a launch calls the functor once per index, on the device", "[cuda]") {
+  cuda::Layer layer(cuda::ShardResource{0});
+  const std::vector<double> v = ramp(1000, 3.0);
+  cuda::Buffer<double> b;
+  layer.upload(std::span<const double>(v), b);
+  layer.launch(1000, Affine{b.data()});
+  layer.launch(0, Affine{nullptr});  // nothing to do: no launch
+  std::vector<double> out(v.size());
+  layer.download(b, std::span(out));
+  for (std::size_t t = 0; t < v.size(); ++t) CHECK(out[t] == 2.0 * v[t] + static_cast<double>(t));
+}
+
+TEST_CASE("cuda::Devices: a shard that does not fit its device is refused before anything is uploaded", "[cuda]") {
+  cuda::Layer layer(cuda::ShardResource{0});
+  const device::ShardBytes huge{std::uint64_t{1} << 52, 0};  // 4 PiB
+  try {
+    layer.reserve(huge, "shard 0 (bins [0, 10))");
+    FAIL("no refusal");
+  } catch (const usage_error& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("shard 0 (bins [0, 10)) needs") && Catch::Contains("on CUDA device 0") && Catch::Contains("more devices"));
+  }
+  CHECK_NOTHROW(layer.reserve({1 << 20, 1 << 20}, "a small shard"));
+}
+
+TEST_CASE("cuda::Devices: shards listed on one device get their own streams; bad listings are refused", "[cuda]") {
+  const cuda::Devices gpus{{0, 0}};
+  const auto res = gpus.partition(2);
+  REQUIRE(res.size() == 2);
+  CHECK(res[0].device == 0);
+  CHECK(res[1].device == 0);
+  cuda::Layer a(res[0]), b(res[1]);
+  CHECK(a.stream() != b.stream());
+  CHECK_THROWS_AS(cuda::Devices({cuda::device_count()}), usage_error);
+  CHECK_THROWS_AS(cuda::Devices(std::vector<int>{}), usage_error);
+  // least_occupied by NVML, where the driver has it: n distinct devices of this machine.
+  const std::vector<int> one = cuda::least_occupied(1);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0] >= 0);
+  CHECK(one[0] < cuda::device_count());
+}
