@@ -12,7 +12,7 @@
 #                                      bench_cuda.json and bench_cuda.log (OUT_DIR: default $OUT, else build-gpu/out)
 #
 # The GPU machine is bare (nvcc, CMake, Python; no Debian packages, no network), so nothing here needs more than nvcc,
-# the headers of .gpu-deps/ and CUDA's own libraries. Hopper (sm_90) explicitly; FITLIB_CUDA_ARCH overrides it.
+# the headers of .gpu-deps/ and CUDA's own libraries (runtime, cuBLAS, cuSOLVER). Hopper (sm_90) explicitly; FITLIB_CUDA_ARCH overrides it.
 # Without a GPU both programs build and then exit with 77 ("did not run").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,13 +40,13 @@ mkdir -p "$BUILD" "$OUT_DIR"
   { echo "gpu-check.sh: $DEPS is missing; run scripts/gpu-check.sh --deps where Eigen and Catch2 are installed, and carry it" >&2; exit 1; }
 
 COMMON=(-std=c++20 "-arch=sm_$ARCH" --expt-relaxed-constexpr -DEIGEN_NO_CUDA -Xcompiler=-Wall,-Wextra
-        -Iinclude "-I$DEPS" "-I$DEPS/eigen3" -Itests -Itests/common -Ibenchmarks)
+        -Iinclude -isystem "$DEPS" -isystem "$DEPS/eigen3" -Itests -Itests/common -Ibenchmarks)
 TEST_FLAGS=(-O2 "${COMMON[@]}")
 # The benchmark's host side (cpu::Threads, the peer it is compared with) optimised as fitlib-fit is, for x86-64-v3
 # (AVX2 and FMA): built here, it must run on the GPU machine's CPU, whatever that is (an AVX-512 host is then
 # understated somewhat; bench_cuda says so in its output).
 BENCH_FLAGS=(-O3 -DNDEBUG -Xcompiler=-O3,-march=x86-64-v3 "${COMMON[@]}")
-LIBS=(-lcublas -ldl -Xlinker -rpath -Xlinker "$CUDA_LIB")
+LIBS=(-lcublas -lcusolver -ldl -Xlinker -rpath -Xlinker "$CUDA_LIB")
 TESTS=(tests/cuda/main.cu tests/cuda/test_cuda_layer.cu tests/cuda/test_cuda_policies.cu)
 BENCH=(benchmarks/cuda/bench_cuda.cu)
 log() { echo "== $*"; }

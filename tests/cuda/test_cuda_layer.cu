@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
-// cuda::Layer against device::HostLayer, primitive by primitive (copies, zeros, GEMMs, launches), and the
-// CUDA policy's own bookkeeping on a real device: streams per shard, the memory check before upload.
+// cuda::Layer against device::HostLayer, primitive by primitive (copies, zeros, GEMMs, launches), the dense
+// solver against HostCholesky, and the CUDA policy's own bookkeeping on a real device: streams per shard, the
+// memory check before upload.
 #include <catch2/catch.hpp>
+
+#include <Eigen/Dense>
 
 #include <cmath>
 #include <string>
@@ -115,4 +118,34 @@ TEST_CASE("cuda::Devices: shards listed on one device get their own streams; bad
   REQUIRE(one.size() == 1);
   CHECK(one[0] >= 0);
   CHECK(one[0] < cuda::device_count());
+}
+
+TEST_CASE("cuda::DeviceCholesky: the covariance term's solve on the device equals HostCholesky's to rounding", "[cuda]") {
+  const index_t n = 300, m = 3;
+  Eigen::MatrixXd A = Eigen::MatrixXd::Identity(n, n) * static_cast<double>(n);
+  for (index_t c = 0; c < n; ++c)
+    for (index_t r = 0; r < n; ++r) A(r, c) += std::cos(0.1 * static_cast<double>(r * c + 1));  // symmetric, diagonally dominant
+  const Eigen::MatrixXd B = Eigen::MatrixXd::Random(n, m);
+  fitlib::detail::HostCholesky host;
+  cuda::DeviceCholesky dev;
+  REQUIRE(host.factor({A.data(), n, n}));
+  REQUIRE(dev.factor({A.data(), n, n}));
+  Eigen::MatrixXd xh(n, m), xd(n, m);
+  host.solve({B.data(), n, m}, {xh.data(), n, m});
+  dev.solve({B.data(), n, m}, {xd.data(), n, m});
+  CHECK((xd - xh).cwiseAbs().maxCoeff() <= 1e-12 * xh.cwiseAbs().maxCoeff());
+  // One column through a strided view, and a moved solver.
+  cuda::DeviceCholesky moved = std::move(dev);
+  Eigen::VectorXd x1(n);
+  moved.solve({B.data() + n, n, 1, n}, {x1.data(), n, 1});
+  CHECK((x1 - xh.col(1)).cwiseAbs().maxCoeff() <= 1e-12 * xh.cwiseAbs().maxCoeff());
+  // Not positive definite, or a NaN in the lower triangle: false, as the host's.
+  Eigen::MatrixXd bad = A;
+  bad(5, 5) = -1.0;
+  CHECK_FALSE(moved.factor({bad.data(), n, n}));
+  CHECK_THROWS_AS(moved.solve({B.data(), n, m}, {xd.data(), n, m}), usage_error);
+  bad = A;
+  bad(7, 2) = std::nan("");
+  CHECK_FALSE(moved.factor({bad.data(), n, n}));
+  CHECK(moved.factor({A.data(), n, n}));  // and back
 }

@@ -14,7 +14,7 @@
 #include "fitlib/cuda/layer.cuh"
 #include "fitlib/cuda/runtime.cuh"
 #include "fitlib/cuda/selection.hpp"
-#include "fitlib/device/host_solver.hpp"
+#include "fitlib/cuda/solver.cuh"
 #include "fitlib/device/policy.hpp"
 #include "fitlib/device/threads.hpp"
 
@@ -33,7 +33,7 @@ namespace cuda {
 /// down and `[ncoef × columns]` products come back; the likelihood adds the shards' partials in
 /// shard order on the host, so the result does not depend on which device finishes first. The
 /// shards' passes run concurrently, one host thread each. A device that is not listed gets no
-/// context. The covariance term's bins × bins solve runs on the host (HostCholesky) for now.
+/// context. The covariance term's bins × bins Cholesky runs on shard 0's device (DeviceCholesky).
 class Devices {
  public:
   using memory_space = memory::cuda;
@@ -41,7 +41,7 @@ class Devices {
   using shard_resource = ShardResource;
   template <class T>
   using buffer = Buffer<T>;
-  using dense_solver = fitlib::detail::HostCholesky;
+  using dense_solver = DeviceCholesky;
 
   /// The devices by CUDA runtime index, checked against the devices this process sees.
   explicit Devices(std::vector<int> ids) : ids_(std::move(ids)) { check_device_list(ids_, device_count()); }
