@@ -15,7 +15,7 @@
 //   nnpdf_dis_fit [--data FILE] [--replicas R] [--width W] [--threads T] [--t0-replicas R0] [--seed S] [--out FILE]
 //                 [--maxiter N] [--patience N] [--positivity-max L] [--positivity-gate G]
 //                 [--subset all|poc] [--central] [--training-fraction F] [--no-positivity]
-//                 [--positivity-xmax X]
+//                 [--positivity-xmax X] [--optimizer trust-region|nadam]
 #include <fitlib/io/hdf5.hpp>
 #include <fitlib/minimize/steihaug_cg.hpp>
 #include <fitlib/minimize/trust_region.hpp>
@@ -47,6 +47,7 @@
 #include "derivative_checks.hpp"
 #include "dis_data.hpp"
 #include "dis_objective.hpp"
+#include "nadam.hpp"
 #include "pdf_model.hpp"
 
 namespace {
@@ -63,7 +64,7 @@ constexpr double chi2_threshold = 3.5;           ///< threshold_chi2: validation
 constexpr double positivity_tolerance = 1e-6;    ///< positivity passes when every observable is ≥ −this (facts 11, 18)
 constexpr double positivity_initial = 184.8;     ///< NNPDF4.0's λ at the start (fact 11)
 constexpr double positivity_growth = 10;         ///< ×10 every 10 iterations up to --positivity-max (the closure's)
-constexpr index_t positivity_every = 10;
+constexpr index_t positivity_every = 10;        ///< the trust region's clock (Nadam's: NadamOptions::positivity_every epochs)
 constexpr double integrability_initial = 10, integrability_max = 100;  ///< fact 12
 constexpr double integrability_threshold = 0.5;  ///< postfit's INTEG_THRESHOLD (fact 18)
 constexpr double veto_sigmas = 4;                ///< postfit's NSIGMA_DISCARD_CHI2 and _ARCLENGTH (fact 18)
@@ -87,6 +88,9 @@ struct Settings {
   /// patience: n3fit's 10 % of the iteration budget. 4000 and 400, four times the budget of before 2026-12-07: on all
   /// cores the 100 replicas still take under 5 minutes, and every χ² falls (docs/benchmarks.md, "Both cores").
   index_t maxiter = 4000, patience = 400;
+  /// "trust-region" (fitlib's, on Gauss–Newton products) or "nadam" (n3fit's, nadam.hpp; for comparison, on the same
+  /// objective, with --maxiter and --patience its epochs, 17000 and 1700 unless given).
+  std::string optimizer = "trust-region";
   std::uint64_t seed = 1;
   /// λ_max. The quadratic penalty's pull on an observable at −v is λ·v (plus the multiplier estimate μ), n3fit's linear
   /// ELU's is λ at any v < 0: n3fit's λ_max of 10⁶ (fact 11) pulls as hard at v = 10⁻⁸ as 10¹⁴ does here without μ
@@ -315,6 +319,9 @@ std::vector<Outcome> fit_phase(const DisData& d, std::span<DisObjective> fs, con
   tro.gtol = 1e-8;
   tro.maxiter = s.maxiter;
   const fitlib::TrustRegion<fitlib::SteihaugCG> minimizer(tro, fitlib::SteihaugCG(fitlib::SteihaugCGOptions{30}));
+  NadamOptions nadam;  // --optimizer nadam
+  nadam.epochs = s.maxiter;
+  nadam.patience = s.patience;
   fitlib::TrainingOptions to;
   to.validation_fraction = 0.25;  // early stopping on (the split itself is split() above)
   to.patience = s.patience;
@@ -381,8 +388,11 @@ std::vector<Outcome> fit_phase(const DisData& d, std::span<DisObjective> fs, con
               t.positivity = ph.positivity ? out.schedule : 0;
               t.integrability = integrability_of(out.schedule, s.positivity_max);
             };
-            fitlib::train_replica(minimizer, fr, loss, to, set_multiplier, Network::initial(ph.seeds.network, static_cast<std::uint64_t>(r)),
-                                  out.fit);
+            const std::vector<double> w0 = Network::initial(ph.seeds.network, static_cast<std::uint64_t>(r));
+            if (s.optimizer == "nadam")
+              train_replica_nadam(fr, loss, nadam, [&set_multiplier] { set_multiplier(0); }, w0, out.fit);
+            else
+              fitlib::train_replica(minimizer, fr, loss, to, set_multiplier, w0, out.fit);
             const Eigen::VectorXd mu = f.multiplier_estimates(r, out.current);
             out.multipliers.assign(mu.data(), mu.data() + mu.size());
             std::vector<double>().swap(out.fit.covariance);  // 763² NaNs (no postfit covariance asked for): 4.7 MB a replica
@@ -463,7 +473,7 @@ void summarise(const DisData& d, const char* name, const std::vector<Outcome>& o
     if (it == counts.end()) counts.emplace_back(o.verdict, 1);
     else ++it->second;
   }
-  std::printf("%s: %zu replicas in %.1f s (%.0f replicas per hour), %.0f trust-region iterations per replica;", name, outcomes.size(), seconds,
+  std::printf("%s: %zu replicas in %.1f s (%.0f replicas per hour), %.0f iterations per replica;", name, outcomes.size(), seconds,
               static_cast<double>(outcomes.size()) / (seconds / 3600), iterations / static_cast<double>(outcomes.size()));
   for (const auto& [verdict, count] : counts) std::printf(" %s %td;", verdict.c_str(), count);
   std::printf("\n");
@@ -567,6 +577,7 @@ std::string stop_reason(const fitlib::ReplicaFit& fit) {
 
 int main(int argc, char** argv) {
   Settings s;
+  bool maxiter_given = false, patience_given = false;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     const auto is = [&](const char* flag) { return !std::strcmp(argv[i], flag) && has_value; };
@@ -579,8 +590,9 @@ int main(int argc, char** argv) {
     else if (is("--width")) s.width = number();
     else if (is("--t0-replicas")) s.t0_replicas = number();
     else if (is("--seed")) s.seed = std::strtoull(argv[++i], nullptr, 10);
-    else if (is("--maxiter")) s.maxiter = number();
-    else if (is("--patience")) s.patience = number();
+    else if (is("--maxiter")) s.maxiter = number(), maxiter_given = true;
+    else if (is("--patience")) s.patience = number(), patience_given = true;
+    else if (is("--optimizer")) s.optimizer = argv[++i];
     else if (is("--positivity-max")) s.positivity_max = std::atof(argv[++i]);
     else if (is("--positivity-gate")) s.positivity_gate = std::atof(argv[++i]);
     else if (is("--subset")) s.subset = argv[++i];
@@ -593,24 +605,31 @@ int main(int argc, char** argv) {
                    "usage: nnpdf_dis_fit [--data FILE] [--replicas R] [--width W] [--threads T] [--t0-replicas R0] [--seed S] [--out FILE]\n"
                    "                     [--maxiter N] [--patience N] [--positivity-max L] [--positivity-gate G]\n"
                    "                     [--subset all|poc] [--central] [--training-fraction F] [--no-positivity]\n"
-                   "                     [--positivity-xmax X]\n"
+                   "                     [--positivity-xmax X] [--optimizer trust-region|nadam]\n"
                    "defaults: --data %s --replicas 100 --width 1 --threads %td (this machine's cores) --t0-replicas 20 (0: t0 = the data)\n"
                    "          --seed 1"
                    " --out %s --maxiter 4000 --patience 400 --positivity-max 1e6 --positivity-gate 1e6\n"
                    "          --subset all (poc: the 568 points of the polynomial's joint fit) --training-fraction 0.75\n"
                    "          (1: no validation set); --central: every replica fits the central values (n3fit's genrep: false);\n"
                    "          --no-positivity: no positivity penalty, gate or veto (a diagnosis); --positivity-xmax 1: only the\n"
-                   "          positivity rows at x <= X (a diagnosis)\n",
+                   "          positivity rows at x <= X (a diagnosis); --optimizer nadam: n3fit's Nadam instead of the trust\n"
+                   "          region (for comparison; then --maxiter 17000 --patience 1700 unless given)\n",
                    Settings{}.data.c_str(), Settings{}.threads, Settings{}.out.c_str());
       return 2;
     }
   }
+  if (s.optimizer == "nadam") {
+    if (!maxiter_given) s.maxiter = NadamOptions{}.epochs;
+    if (!patience_given) s.patience = NadamOptions{}.patience;
+  }
   if (s.replicas < 1 || s.width < 1 || s.threads < 1 || s.t0_replicas < 0 || s.maxiter < 1 || s.patience < 1 ||
       !(s.positivity_max >= positivity_initial) || !(s.positivity_gate >= positivity_initial) ||
-      !(s.training_fraction >= 0.5 && s.training_fraction <= 1) || (s.subset != "all" && s.subset != "poc") || !(s.positivity_xmax > 0)) {
+      !(s.training_fraction >= 0.5 && s.training_fraction <= 1) || (s.subset != "all" && s.subset != "poc") || !(s.positivity_xmax > 0) ||
+      (s.optimizer != "trust-region" && s.optimizer != "nadam")) {
     std::fprintf(stderr,
                  "nnpdf_dis_fit: --replicas, --width, --threads, --maxiter and --patience must be >= 1, --t0-replicas >= 0, --positivity-max and "
-                 "--positivity-gate >= %g, --training-fraction in [0.5, 1], --positivity-xmax > 0, --subset all or poc\n",
+                 "--positivity-gate >= %g, --training-fraction in [0.5, 1], --positivity-xmax > 0, --subset all or poc, --optimizer "
+                 "trust-region or nadam\n",
                  positivity_initial);
     return 2;
   }
@@ -797,7 +816,8 @@ int main(int argc, char** argv) {
     h5::write_attribute(settings, "positivity_xmax", s.positivity_xmax);
     h5::write_attribute(settings, "positivity_initial", positivity_initial);
     h5::write_attribute(settings, "positivity_growth", positivity_growth);
-    h5::write_attribute(settings, "positivity_every", positivity_every);
+    h5::write_attribute(settings, "optimizer", s.optimizer);
+    h5::write_attribute(settings, "positivity_every", s.optimizer == "nadam" ? NadamOptions{}.positivity_every : positivity_every);
     h5::write_attribute(settings, "positivity_max", s.positivity_max);
     h5::write_attribute(settings, "positivity_gate", s.positivity_gate);
     h5::write_attribute(settings, "positivity_tolerance", positivity_tolerance);
