@@ -45,29 +45,12 @@ class Layer {
   template <class T>
   using buffer = Buffer<T>;
 
-  explicit Layer(const ShardResource& r) : device_(r.device) {
-    use_device(device_);
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", device_);
-    check(cublasCreate(&blas_), "cublasCreate", device_);
-    check(cublasSetStream(blas_, stream_), "cublasSetStream", device_);
+  explicit Layer(const ShardResource& r)
+      : device_(r.device), stream_(make_stream(device_)), blas_(device_, cublasCreate, "cublasCreate") {
+    check(cublasSetStream(blas_.get(), stream_.get()), "cublasSetStream", device_);
   }
-  Layer(const Layer&) = delete;
-  Layer& operator=(const Layer&) = delete;
-  Layer(Layer&& o) noexcept
-      : device_(o.device_), stream_(std::exchange(o.stream_, nullptr)), blas_(std::exchange(o.blas_, nullptr)) {}
-  Layer& operator=(Layer&& o) noexcept {
-    if (this != &o) {
-      release();
-      device_ = o.device_;
-      stream_ = std::exchange(o.stream_, nullptr);
-      blas_ = std::exchange(o.blas_, nullptr);
-    }
-    return *this;
-  }
-  ~Layer() { release(); }
 
-  int device() const { return device_; }
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return stream_.get(); }
 
   /// Throws, before anything is uploaded, unless the device's free memory holds `need` (`what`
   /// names the shard in the message).
@@ -82,21 +65,21 @@ class Layer {
   void upload(std::span<const T> host, Buffer<T>& dev) {
     use_device(device_);
     dev.resize(host.size(), device_);
-    if (!host.empty()) check(cudaMemcpyAsync(dev.data(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (upload)", device_);
+    if (!host.empty()) check(cudaMemcpyAsync(dev.data(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_.get()), "cudaMemcpyAsync (upload)", device_);
   }
   template <class T>
   void download(const Buffer<T>& dev, std::span<T> host) {
     if (host.empty()) return;
     if (host.size() > dev.size()) throw usage_error("a download of " + std::to_string(host.size()) + " entries from a device buffer of " + std::to_string(dev.size()));
     use_device(device_);
-    check(cudaMemcpyAsync(host.data(), dev.data(), host.size_bytes(), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (download)", device_);
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (download)", device_);
+    check(cudaMemcpyAsync(host.data(), dev.data(), host.size_bytes(), cudaMemcpyDeviceToHost, stream_.get()), "cudaMemcpyAsync (download)", device_);
+    check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (download)", device_);
   }
   template <class T>
   void zero(Buffer<T>& dev, index_t n) {
     use_device(device_);
     dev.resize(static_cast<std::size_t>(n), device_);
-    if (n > 0) check(cudaMemsetAsync(dev.data(), 0, static_cast<std::size_t>(n) * sizeof(T), stream_), "cudaMemsetAsync", device_);
+    if (n > 0) check(cudaMemsetAsync(dev.data(), 0, static_cast<std::size_t>(n) * sizeof(T), stream_.get()), "cudaMemsetAsync", device_);
   }
   template <class T>
   void resize(Buffer<T>& dev, index_t n) {
@@ -119,12 +102,12 @@ class Layer {
     use_device(device_);
     if (k == 0) {
       check(cudaMemset2DAsync(c, static_cast<std::size_t>(ldc) * sizeof(double), 0, static_cast<std::size_t>(m) * sizeof(double),
-                              static_cast<std::size_t>(n), stream_),
+                              static_cast<std::size_t>(n), stream_.get()),
             "cudaMemset2DAsync (GEMM with k = 0)", device_);
       return;
     }
     const double one = 1.0, zero = 0.0;
-    check(cublasDgemm_64(blas_, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc), "cublasDgemm_64", device_);
+    check(cublasDgemm_64(blas_.get(), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc), "cublasDgemm_64", device_);
   }
 
   /// f(t) for t in [0, n) on the device: f is a trivially copyable functor with a __host__ __device__ call operator.
@@ -134,29 +117,20 @@ class Layer {
     use_device(device_);
     constexpr index_t threads = 128;
     const index_t blocks = (n + threads - 1) / threads;
-    detail::for_each_index<<<static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0, stream_>>>(f, n);
+    detail::for_each_index<<<static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0, stream_.get()>>>(f, n);
     check(cudaGetLastError(), "a kernel launch", device_);
   }
 
   /// Waits for everything launched on the shard's stream; a kernel's fault surfaces here.
   void fence() {
     use_device(device_);
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", device_);
+    check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize", device_);
   }
 
  private:
-  void release() noexcept {
-    if (!stream_ && !blas_) return;
-    if (cudaSetDevice(device_) != cudaSuccess) return;
-    if (blas_) (void)cublasDestroy(blas_);
-    if (stream_) (void)cudaStreamDestroy(stream_);
-    blas_ = nullptr;
-    stream_ = nullptr;
-  }
-
   int device_ = 0;
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
+  Stream stream_;  // (declared before the handle bound to it, so destroyed after it)
+  Owned<cublasHandle_t, cublasDestroy> blas_;
 };
 
 static_assert(device::device_layer<Layer>);

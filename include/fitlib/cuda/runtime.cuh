@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The CUDA runtime and cuBLAS calls of the backend, each checked, and the device array its shards keep their bins in.
+// The CUDA runtime, cuBLAS and cuSOLVER calls of the backend, each checked, the handles it owns, and the device array its shards keep their bins in.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cusolverDn.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,10 @@ inline void check(cublasStatus_t s, const char* call, int device) {
   throw device_error(std::string(call) + " failed on CUDA device " + std::to_string(device) + ": " + cublasGetStatusName(s) + " (" +
                      cublasGetStatusString(s) + ")");
 }
+inline void check(cusolverStatus_t s, const char* call, int device) {
+  if (s == CUSOLVER_STATUS_SUCCESS) return;
+  throw device_error(std::string(call) + " failed on CUDA device " + std::to_string(device) + " (cuSOLVER status " + std::to_string(static_cast<int>(s)) + ")");
+}
 
 /// Makes `device` the calling thread's current device. Not restored afterwards: setting a device
 /// creates its context, and restoring the thread's default (device 0) would create one on a device
@@ -48,6 +53,50 @@ inline int device_count() {
   }
   check(e, "cudaGetDeviceCount", -1);
   return n;
+}
+
+/// A library handle H (cuBLAS's, cuSOLVER's) or a stream, made on one device and owned: destroyed by
+/// `Destroy` with that device current. Movable, not copyable.
+template <class H, auto Destroy>
+class Owned {
+ public:
+  Owned() = default;
+  /// `make(&h)` on `device` (made current), checked as `call`.
+  template <class Make>
+  Owned(int device, const Make& make, const char* call) : device_(device) {
+    use_device(device);
+    check(make(&h_), call, device);
+  }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  Owned(Owned&& o) noexcept : h_(std::exchange(o.h_, nullptr)), device_(o.device_) {}
+  Owned& operator=(Owned&& o) noexcept {
+    if (this != &o) {
+      release();
+      h_ = std::exchange(o.h_, nullptr);
+      device_ = o.device_;
+    }
+    return *this;
+  }
+  ~Owned() { release(); }
+
+  H get() const { return h_; }
+  explicit operator bool() const { return h_ != nullptr; }
+
+ private:
+  void release() noexcept {
+    if (h_ && cudaSetDevice(device_) == cudaSuccess) (void)Destroy(h_);
+    h_ = nullptr;
+  }
+
+  H h_ = nullptr;
+  int device_ = 0;
+};
+
+/// A non-blocking stream on `device`.
+using Stream = Owned<cudaStream_t, cudaStreamDestroy>;
+inline Stream make_stream(int device) {
+  return Stream(device, [](cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }, "cudaStreamCreateWithFlags");
 }
 
 /// An array of T in one device's memory, owned: it grows (its contents are not kept then) and never
@@ -75,7 +124,6 @@ class Buffer {
   T* data() { return data_; }
   const T* data() const { return data_; }
   std::size_t size() const { return size_; }
-  int device() const { return device_; }
 
   /// n entries on `device` (the current device), reallocated where the capacity is short; the
   /// entries' values are unspecified after a reallocation. cudaFree waits for the device, so no

@@ -17,11 +17,6 @@
 
 namespace fitlib::cuda {
 
-inline void check(cusolverStatus_t s, const char* call, int device) {
-  if (s == CUSOLVER_STATUS_SUCCESS) return;
-  throw device_error(std::string(call) + " failed on CUDA device " + std::to_string(device) + " (cuSOLVER status " + std::to_string(static_cast<int>(s)) + ")");
-}
-
 /// A Cholesky factorisation A = L·Lᵀ kept on a device, solved against host blocks: the interface of
 /// detail::HostCholesky (device/host_solver.hpp), so that the covariance term factors C + diag q and
 /// solves with it where the shards' data are. The device is the calling thread's current one at the
@@ -31,28 +26,6 @@ inline void check(cusolverStatus_t s, const char* call, int device) {
 class DeviceCholesky {
  public:
   DeviceCholesky() = default;
-  DeviceCholesky(const DeviceCholesky&) = delete;
-  DeviceCholesky& operator=(const DeviceCholesky&) = delete;
-  DeviceCholesky(DeviceCholesky&& o) noexcept
-      : device_(o.device_), n_(o.n_), factored_(o.factored_), stream_(std::exchange(o.stream_, nullptr)), solver_(std::exchange(o.solver_, nullptr)),
-        a_(std::move(o.a_)), work_(std::move(o.work_)), rhs_(std::move(o.rhs_)), info_(std::move(o.info_)), host_(std::move(o.host_)) {}
-  DeviceCholesky& operator=(DeviceCholesky&& o) noexcept {
-    if (this != &o) {
-      release();
-      device_ = o.device_;
-      n_ = o.n_;
-      factored_ = o.factored_;
-      stream_ = std::exchange(o.stream_, nullptr);
-      solver_ = std::exchange(o.solver_, nullptr);
-      a_ = std::move(o.a_);
-      work_ = std::move(o.work_);
-      rhs_ = std::move(o.rhs_);
-      info_ = std::move(o.info_);
-      host_ = std::move(o.host_);
-    }
-    return *this;
-  }
-  ~DeviceCholesky() { release(); }
 
   /// Factors A (`[n × n]`, the lower triangle is read); false when A is not positive definite or has a
   /// non-finite entry there, and then `solve` must not be called.
@@ -72,15 +45,15 @@ class DeviceCholesky {
     n_ = n;
     const int ni = static_cast<int>(n);
     a_.resize(host_.size(), device_);
-    check(cudaMemcpyAsync(a_.data(), host_.data(), host_.size() * sizeof(double), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (factor)", device_);
+    check(cudaMemcpyAsync(a_.data(), host_.data(), host_.size() * sizeof(double), cudaMemcpyHostToDevice, stream_.get()), "cudaMemcpyAsync (factor)", device_);
     int lwork = 0;
-    check(cusolverDnDpotrf_bufferSize(solver_, CUBLAS_FILL_MODE_LOWER, ni, a_.data(), ni, &lwork), "cusolverDnDpotrf_bufferSize", device_);
+    check(cusolverDnDpotrf_bufferSize(solver_.get(), CUBLAS_FILL_MODE_LOWER, ni, a_.data(), ni, &lwork), "cusolverDnDpotrf_bufferSize", device_);
     work_.resize(static_cast<std::size_t>(std::max(lwork, 1)), device_);
     info_.resize(1, device_);
-    check(cusolverDnDpotrf(solver_, CUBLAS_FILL_MODE_LOWER, ni, a_.data(), ni, work_.data(), lwork, info_.data()), "cusolverDnDpotrf", device_);
+    check(cusolverDnDpotrf(solver_.get(), CUBLAS_FILL_MODE_LOWER, ni, a_.data(), ni, work_.data(), lwork, info_.data()), "cusolverDnDpotrf", device_);
     int info = 0;
-    check(cudaMemcpyAsync(&info, info_.data(), sizeof(int), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (potrf's info)", device_);
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (factor)", device_);
+    check(cudaMemcpyAsync(&info, info_.data(), sizeof(int), cudaMemcpyDeviceToHost, stream_.get()), "cudaMemcpyAsync (potrf's info)", device_);
+    check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (factor)", device_);
     factored_ = info == 0;
     return factored_;
   }
@@ -98,12 +71,12 @@ class DeviceCholesky {
     for (index_t c = 0; c < m; ++c)
       for (index_t r = 0; r < n_; ++r) packed[static_cast<std::size_t>(r + c * n_)] = b(r, c);
     rhs_.resize(packed.size(), device_);
-    check(cudaMemcpyAsync(rhs_.data(), packed.data(), packed.size() * sizeof(double), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (solve)", device_);
+    check(cudaMemcpyAsync(rhs_.data(), packed.data(), packed.size() * sizeof(double), cudaMemcpyHostToDevice, stream_.get()), "cudaMemcpyAsync (solve)", device_);
     const int ni = static_cast<int>(n_);
-    check(cusolverDnDpotrs(solver_, CUBLAS_FILL_MODE_LOWER, ni, static_cast<int>(m), a_.data(), ni, rhs_.data(), ni, info_.data()), "cusolverDnDpotrs",
+    check(cusolverDnDpotrs(solver_.get(), CUBLAS_FILL_MODE_LOWER, ni, static_cast<int>(m), a_.data(), ni, rhs_.data(), ni, info_.data()), "cusolverDnDpotrs",
           device_);
-    check(cudaMemcpyAsync(packed.data(), rhs_.data(), packed.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (solve)", device_);
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (solve)", device_);
+    check(cudaMemcpyAsync(packed.data(), rhs_.data(), packed.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_.get()), "cudaMemcpyAsync (solve)", device_);
+    check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (solve)", device_);
     for (index_t c = 0; c < m; ++c)
       for (index_t r = 0; r < n_; ++r) x(r, c) = packed[static_cast<std::size_t>(r + c * n_)];
   }
@@ -116,24 +89,16 @@ class DeviceCholesky {
       return;
     }
     check(cudaGetDevice(&device_), "cudaGetDevice", -1);
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", device_);
-    check(cusolverDnCreate(&solver_), "cusolverDnCreate", device_);
-    check(cusolverDnSetStream(solver_, stream_), "cusolverDnSetStream", device_);
-  }
-  void release() noexcept {
-    if (!solver_ && !stream_) return;
-    if (cudaSetDevice(device_) != cudaSuccess) return;
-    if (solver_) (void)cusolverDnDestroy(solver_);
-    if (stream_) (void)cudaStreamDestroy(stream_);
-    solver_ = nullptr;
-    stream_ = nullptr;
+    stream_ = make_stream(device_);
+    solver_ = Owned<cusolverDnHandle_t, cusolverDnDestroy>(device_, cusolverDnCreate, "cusolverDnCreate");
+    check(cusolverDnSetStream(solver_.get(), stream_.get()), "cusolverDnSetStream", device_);
   }
 
   int device_ = 0;
   index_t n_ = 0;
   bool factored_ = false;
-  cudaStream_t stream_ = nullptr;
-  cusolverDnHandle_t solver_ = nullptr;
+  Stream stream_;  // (declared before the handle bound to it, so destroyed after it)
+  Owned<cusolverDnHandle_t, cusolverDnDestroy> solver_;
   Buffer<double> a_, work_;
   // solve() is const (as HostCholesky's) but stages through these.
   mutable Buffer<double> rhs_;
