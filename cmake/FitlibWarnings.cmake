@@ -10,18 +10,19 @@ function(fitlib_target_warnings target)
   if(MSVC)
     target_compile_options(${target} PRIVATE /W4 /WX /permissive-)
   else()
-    target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Werror)
+    # C++ sources only: a target with CUDA sources too (fitlib-fit) gets nvcc's below.
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wpedantic;-Werror>")
     # GCC < 13 reports its own AVX-512 intrinsics (_mm512_undefined_pd's self-initialisation,
     # GCC bug 105593) as (maybe-)uninitialized wherever Eigen inlines them: a false positive.
     # clang builds keep both warnings.
     if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
-      target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized -Wno-uninitialized)
+      target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized;-Wno-uninitialized>")
       # GCC 12 also flags `"literal" + std::string` at -O3 as an overlapping memcpy (GCC bug 105329).
-      target_compile_options(${target} PRIVATE -Wno-restrict)
+      target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wno-restrict>")
     endif()
   endif()
   if(FITLIB_NATIVE AND NOT _arg_PORTABLE AND NOT MSVC)
-    target_compile_options(${target} PRIVATE -march=native)
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-march=native>")
   endif()
 endfunction()
 

@@ -156,6 +156,14 @@ std::optional<int> parse_command_line(int argc, char** argv, Args& a) {
                  "this process may use, as many as the unmasked bins allow (one per rank under mpirun); results depend on the count "
                  "only through the order of the shard sums")
       ->capture_default_str();
+  app.add_option("--device", a.device, "where the likelihood is evaluated: cpu (--threads shards) or cuda (one shard per listed GPU, "
+                 "templates and bins resident there; dense templates; a fitlib-fit built with nvcc)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--devices", a.devices, "with --device cuda: the CUDA devices by id, one shard each (a device listed twice holds two shards), "
+                 "e.g. --devices 0,2")
+      ->delimiter(',');
+  app.add_option("--nDevices", a.n_devices, "with --device cuda: the N least occupied CUDA devices by memory in use (NVML; 1 unless --devices is given)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -205,6 +213,29 @@ int write_rabbit_output(const Args& a) {
   return run_program({rabbit_python(), "-m", "fitlib.rabbit", a.output, a.rabbit_output, "--tensor", a.input}, false);
 }
 
+/// --device, --devices and --nDevices: consistent, and CUDA in this binary; with --device cuda, --threads becomes the
+/// number of device shards (own_shards splits the bins into that many).
+void check_device_arguments(Args& a) {
+  if (a.device != "cuda") {
+    if (!a.devices.empty() || a.n_devices != 0) throw usage_error("--devices and --nDevices choose CUDA devices: add --device cuda");
+    return;
+  }
+#ifndef FITLIB_FIT_CUDA
+  throw usage_error("--device cuda: this fitlib-fit was built without CUDA (CMake found no nvcc when it was configured); install the CUDA "
+                    "toolkit (nvcc, cuBLAS, cuSOLVER) and rebuild, or use --device cpu");
+#else
+  if (!a.devices.empty() && a.n_devices != 0)
+    throw usage_error("--devices and --nDevices exclude each other: list the devices, or ask for the N least occupied");
+  if (a.n_devices < 0) throw usage_error("--nDevices must be ≥ 1, got " + std::to_string(a.n_devices));
+  if (a.threads != 0)
+    throw usage_error("--threads splits the bins over CPU threads; with --device cuda the shards are the devices (--devices, --nDevices)");
+  if (a.ranks > 1)
+    throw usage_error("--device cuda under mpirun is not built yet; run one process, which drives every device --devices or --nDevices "
+                      "names");
+  a.threads = a.devices.empty() ? std::max(a.n_devices, 1) : static_cast<int>(a.devices.size());
+#endif
+}
+
 void check_arguments(Args& a) {
   if (a.no_hessian && (a.impacts || a.global_impacts || a.do_scan || !a.scan2d.empty() || a.save_hists))
     throw usage_error("--noHessian leaves no covariance for --doImpacts, --globalImpacts, --scan, --scan2D or --saveHists; drop one of them");
@@ -217,6 +248,7 @@ void check_arguments(Args& a) {
   once(a.scan);
   once(a.scan2d);
   if (a.threads < 0) throw usage_error("--threads must be ≥ 1, or 0 for every core, got " + std::to_string(a.threads));
+  check_device_arguments(a);
   if (a.max_meta_mib < 1 || a.max_meta_mib > (std::int64_t{1} << 20))
     throw usage_error("--maxMetaMiB must be from 1 to 1048576 (1 TiB), got " + std::to_string(a.max_meta_mib));
   if (!(a.max_compression_ratio >= 1))
@@ -432,6 +464,9 @@ nlohmann::json options_json(const Args& a) {
           {"mapping", a.mappings},
           {"unblind", a.unblind_all ? nlohmann::json("all") : nlohmann::json(a.unblind)},
           {"threads", a.threads},
+          {"device", a.device},
+          {"devices", a.devices},
+          {"nDevices", a.n_devices},
           {"ranks", a.ranks}};
 }
 

@@ -55,7 +55,10 @@ struct Args {
   double scan_range = 3;
   std::vector<std::string> unblind;
   bool unblind_all = false;
-  int threads = 0;  ///< --threads; 0: every core, as many as the bins allow (own_shards sets it)
+  int threads = 0;  ///< --threads; 0: every core, as many as the bins allow (own_shards sets it; with --device cuda, the devices' shards)
+  std::string device = "cpu";  ///< --device: cpu, or cuda (in a binary built with nvcc: FITLIB_FIT_CUDA)
+  std::vector<int> devices;    ///< --devices 0,2: the CUDA devices by id, one shard each
+  int n_devices = 0;           ///< --nDevices N: the N least occupied CUDA devices (NVML); 0: --devices, else 1
   index_t rank = 0, ranks = 1;  ///< this process's MPI rank and the number of ranks (1 without mpirun)
 };
 

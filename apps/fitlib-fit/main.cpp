@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
 
   try {
     check_arguments(a);
+#ifdef FITLIB_FIT_CUDA
+    if (a.device == "cuda") resolve_cuda_devices(a);
+#endif
     find_filter_plugins(a.plugin_path, a.ranks, a.rank == 0);
     const std::vector<BinRange> shards = own_shards(a);  // first: it sets --threads' default
     const LikelihoodOptions lo = likelihood_options(a);

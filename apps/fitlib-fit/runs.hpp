@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "blinding.hpp"
@@ -387,13 +388,12 @@ Fits run_with_method(Lik& lik, const Args& a, const io::RabbitTensor& in) {
 }
 
 
-/// Every fit the options ask for, on a likelihood of `Storage` templates: the bins split over
-/// --threads shards evaluated concurrently and added in shard order (one thread: the serial
-/// evaluation), under MPI over the ranks first; each shard reads its own templates (`ro` for
-/// `shards`) on its own thread. Checks the scanned and frozen names before any fit runs.
-template <class Storage>
-Fits run_all(const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards, io::RabbitReadOptions ro,
-             const LikelihoodOptions& lo, const io::RabbitTensor& in) {
+/// Every fit the options ask for, on a likelihood of `Storage` templates whose shards (`shards`, or one) the
+/// policy evaluates; each shard reads its own templates (`ro` for `shards`) on its own thread. Checks the scanned
+/// and frozen names before any fit runs.
+template <class Storage, class Policy>
+Fits run_on(const Policy& policy, const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards,
+            io::RabbitReadOptions ro, const LikelihoodOptions& lo, const io::RabbitTensor& in) {
   std::mutex hdf5;  // HDF5's serial build reads on one thread at a time
   const auto part = [&](BinRange bins) {
     const std::lock_guard lock(hdf5);
@@ -402,22 +402,42 @@ Fits run_all(const Args& a, std::shared_ptr<const Model> model, const std::vecto
     adjust_model(m, a);
     return std::make_shared<const Model>(std::move(m));
   };
-  const auto run = [&](const auto& policy) {
-    using Policy = std::decay_t<decltype(policy)>;
-    Likelihood<Shard<Policy, Storage>> lik(model, shards, shards.empty() ? nullptr : typename Likelihood<Shard<Policy, Storage>>::TemplateSource(part),
-                                           policy, lo);
-    // Names are checked before any fit runs, so a typo never costs a fit.
-    for (const auto& p : a.scan) (void)lik.parameter_index(p);
-    for (const auto& [x, y] : a.scan2d) (void)lik.parameter_index(x), (void)lik.parameter_index(y);
-    if (a.save_hists) require_histograms(lik);
-    for (const auto& words : a.mappings) (void)parse_mapping(lik.model(), words);
-    (void)frozen_mask(lik.parameter_names(), a.freeze);
-    return run_with_method(lik, a, in);
-  };
-#ifdef FITLIB_FIT_MPI
-  if (a.ranks > 1) return run(mpi::Ranks<cpu::Threads>{cpu::Threads{a.threads}});
+  using Lik = Likelihood<Shard<Policy, Storage>>;
+  Lik lik(model, shards, shards.empty() ? nullptr : typename Lik::TemplateSource(part), policy, lo);
+  // Names are checked before any fit runs, so a typo never costs a fit.
+  for (const auto& p : a.scan) (void)lik.parameter_index(p);
+  for (const auto& [x, y] : a.scan2d) (void)lik.parameter_index(x), (void)lik.parameter_index(y);
+  if (a.save_hists) require_histograms(lik);
+  for (const auto& words : a.mappings) (void)parse_mapping(lik.model(), words);
+  (void)frozen_mask(lik.parameter_names(), a.freeze);
+  return run_with_method(lik, a, in);
+}
+
+#ifdef FITLIB_FIT_CUDA
+/// The devices --device cuda runs on into a.devices: --devices, or the --nDevices least occupied by memory in use
+/// (NVML), checked against the devices this process sees, before anything is read; an error names the remedy.
+void resolve_cuda_devices(Args& a);
+/// run_on over cuda::Devices (runs_cuda.cu, compiled by nvcc): one shard per entry of a.devices.
+Fits run_cuda(const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards, io::RabbitReadOptions ro,
+              const LikelihoodOptions& lo, const io::RabbitTensor& in);
 #endif
-  return run(cpu::Threads{a.threads});
+
+/// Every fit the options ask for, on a likelihood of `Storage` templates: the bins split over
+/// --threads shards evaluated concurrently and added in shard order (one thread: the serial
+/// evaluation), under MPI over the ranks first; with --device cuda over the devices instead.
+template <class Storage>
+Fits run_all(const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards, io::RabbitReadOptions ro,
+             const LikelihoodOptions& lo, const io::RabbitTensor& in) {
+#ifdef FITLIB_FIT_CUDA
+  if (a.device == "cuda") {
+    if constexpr (std::is_same_v<Storage, storage::Dense>) return run_cuda(a, model, shards, ro, lo, in);
+    throw usage_error("--device cuda: the tensor's templates are sparse, which the CUDA backend does not hold yet; use --device cpu");
+  }
+#endif
+#ifdef FITLIB_FIT_MPI
+  if (a.ranks > 1) return run_on<Storage>(mpi::Ranks<cpu::Threads>{cpu::Threads{a.threads}}, a, model, shards, ro, lo, in);
+#endif
+  return run_on<Storage>(cpu::Threads{a.threads}, a, model, shards, ro, lo, in);
 }
 
 extern template Fits run_all<storage::Dense>(const Args&, std::shared_ptr<const Model>, const std::vector<BinRange>&, io::RabbitReadOptions,

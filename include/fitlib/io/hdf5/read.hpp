@@ -375,18 +375,18 @@ inline std::vector<std::vector<std::int64_t>> read_ragged(const Location& loc, c
   std::vector<std::vector<std::int64_t>> out;
   if (n == 0) return out;
   if (const std::string missing = detail::missing_filters(loc, name, ds.get()); !missing.empty()) throw file_error(missing);
-  detail::require_fits(loc, what, n, sizeof(hvl_t));
+  detail::require_fits(loc, what, n, sizeof(detail::VlenSequence));
   detail::integrity::check_number_type(base.get(), what);
   const std::size_t base_size = H5Tget_size(base.get());
   detail::integrity::check_storage(loc, name, ds.get(), n);
   detail::require_stored(loc, what, ds.get(), n, dims);
   detail::integrity::check_vlen_storage(loc, name, ds.get(), n, base_size);
   Handle mem(H5Tvlen_create(H5T_NATIVE_INT64), H5Tclose);
-  auto rows = detail::allocate<hvl_t>(n, what);  // value-initialised: empty sequences until HDF5 fills them
+  auto rows = detail::allocate<detail::VlenSequence>(n, what);  // value-initialised: empty sequences until HDF5 fills them
   const detail::VlenGuard guard(mem.get(), space.get(), rows.data());
   detail::read_all(loc, name, ds.get(), mem.get(), rows.data());
   out.reserve(n);
-  for (const hvl_t& r : rows) {
+  for (const detail::VlenSequence& r : rows) {
     const auto* p = static_cast<const std::int64_t*>(r.p);
     out.emplace_back(p, p + (p != nullptr ? r.len : 0));
   }

@@ -17,6 +17,16 @@
 
 namespace fitlib::io::hdf5::detail {
 
+/// One variable-length sequence as HDF5 reads and writes it, hvl_t's layout under a name of its own: nvcc's front
+/// end (CUDA 13) fails on std::vector of hvl_t, a typedef of an unnamed struct, so that no CUDA translation unit
+/// could include these headers (fitlib-fit's --device cuda).
+struct VlenSequence {
+  std::size_t len = 0;
+  void* p = nullptr;
+};
+static_assert(sizeof(VlenSequence) == sizeof(hvl_t) && offsetof(VlenSequence, len) == offsetof(hvl_t, len) &&
+              offsetof(VlenSequence, p) == offsetof(hvl_t, p));
+
 inline std::string shape_string(const std::vector<std::size_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

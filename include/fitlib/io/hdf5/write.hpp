@@ -161,14 +161,14 @@ inline Location write_strings(const Location& loc, const std::string& name, cons
 
 /// Writes ragged int64 rows as a 1-D dataset of variable-length sequences (rabbit's hsystgroupidxs layout).
 inline Location write_ragged(const Location& loc, const std::string& name, const std::vector<std::vector<std::int64_t>>& rows) {
-  std::vector<hvl_t> vl(rows.size());
+  std::vector<detail::VlenSequence> vl(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     vl[i].len = rows[i].size();
     vl[i].p = const_cast<std::int64_t*>(rows[i].data());
   }
   const ErrorSilencer quiet;
   Handle type(H5Tvlen_create(H5T_NATIVE_INT64), H5Tclose);
-  return detail::create_and_write(loc, name, type.get(), type.get(), {static_cast<hsize_t>(rows.size())}, sizeof(hvl_t), vl.data());
+  return detail::create_and_write(loc, name, type.get(), type.get(), {static_cast<hsize_t>(rows.size())}, sizeof(detail::VlenSequence), vl.data());
 }
 
 /// Writes (replacing) a scalar double attribute of `loc`.

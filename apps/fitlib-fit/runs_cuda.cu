@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: MIT
+// fitlib-fit --device cuda: the runs over cuda::Devices, compiled by nvcc (built where CMake finds it).
+#include "runs.hpp"
+
+#include <fitlib/cuda.cuh>
+
+namespace fitlib::cli {
+
+void resolve_cuda_devices(Args& a) {
+  if (cuda::device_count() == 0)
+    throw usage_error("--device cuda: this process sees no CUDA device (no GPU, no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides them); "
+                      "use --device cpu");
+  if (a.devices.empty()) a.devices = cuda::least_occupied(a.threads);  // --nDevices (1 by default)
+  (void)cuda::Devices{a.devices};  // checks the ids
+}
+
+Fits run_cuda(const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards, io::RabbitReadOptions ro,
+              const LikelihoodOptions& lo, const io::RabbitTensor& in) {
+  return run_on<storage::Dense>(cuda::Devices{a.devices}, a, std::move(model), shards, ro, lo, in);
+}
+
+}  // namespace fitlib::cli
