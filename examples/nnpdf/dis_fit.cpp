@@ -16,6 +16,7 @@
 //                 [--maxiter N] [--patience N] [--positivity-max L] [--positivity-gate G]
 //                 [--subset all|poc] [--central] [--training-fraction F] [--no-positivity]
 //                 [--positivity-xmax X] [--optimizer trust-region|nadam]
+#include <fitlib/device/cores.hpp>
 #include <fitlib/io/hdf5.hpp>
 #include <fitlib/minimize/steihaug_cg.hpp>
 #include <fitlib/minimize/trust_region.hpp>
@@ -84,7 +85,7 @@ struct Settings {
   /// stay in cache one replica at a time (docs/benchmarks.md: 16 at once on one thread cost 1.5× the time per iteration).
   index_t replicas = 100, width = 1, t0_replicas = 20;
   /// The threads the replicas are fitted on, each with its own objective and batch (fit_phase; no bit depends on it).
-  index_t threads = std::max<index_t>(1, std::thread::hardware_concurrency());
+  index_t threads = fitlib::cpu::available_cores();
   /// patience: n3fit's 10 % of the iteration budget. 4000 and 400, four times the budget of before 2026-12-07: on all
   /// cores the 100 replicas still take under 5 minutes, and every χ² falls (docs/benchmarks.md, "Both cores").
   index_t maxiter = 4000, patience = 400;
@@ -606,7 +607,7 @@ int main(int argc, char** argv) {
                    "                     [--maxiter N] [--patience N] [--positivity-max L] [--positivity-gate G]\n"
                    "                     [--subset all|poc] [--central] [--training-fraction F] [--no-positivity]\n"
                    "                     [--positivity-xmax X] [--optimizer trust-region|nadam]\n"
-                   "defaults: --data %s --replicas 100 --width 1 --threads %td (this machine's cores) --t0-replicas 20 (0: t0 = the data)\n"
+                   "defaults: --data %s --replicas 100 --width 1 --threads %td (the cores this process may use) --t0-replicas 20 (0: t0 = the data)\n"
                    "          --seed 1"
                    " --out %s --maxiter 4000 --patience 400 --positivity-max 1e6 --positivity-gate 1e6\n"
                    "          --subset all (poc: the 568 points of the polynomial's joint fit) --training-fraction 0.75\n"
