@@ -417,7 +417,8 @@ Fits run_on(const Policy& policy, const Args& a, std::shared_ptr<const Model> mo
 /// The devices --device cuda runs on into a.devices: --devices, or the --nDevices least occupied by memory in use
 /// (NVML), checked against the devices this process sees, before anything is read; an error names the remedy.
 void resolve_cuda_devices(Args& a);
-/// run_on over cuda::Devices (runs_cuda.cu, compiled by nvcc): one shard per entry of a.devices.
+/// run_on over cuda::Devices (runs_cuda.cu, compiled by nvcc): one shard per entry of a.devices, holding the
+/// templates as the model stores them (dense, or sparse without densifying).
 Fits run_cuda(const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards, io::RabbitReadOptions ro,
               const LikelihoodOptions& lo, const io::RabbitTensor& in);
 #endif
@@ -430,8 +431,7 @@ Fits run_all(const Args& a, std::shared_ptr<const Model> model, const std::vecto
              const LikelihoodOptions& lo, const io::RabbitTensor& in) {
 #ifdef FITLIB_FIT_CUDA
   if (a.device == "cuda") {
-    if constexpr (std::is_same_v<Storage, storage::Dense>) return run_cuda(a, model, shards, ro, lo, in);
-    throw usage_error("--device cuda: the tensor's templates are sparse, which the CUDA backend does not hold yet; use --device cpu");
+    return run_cuda(a, model, shards, ro, lo, in);
   }
 #endif
 #ifdef FITLIB_FIT_MPI

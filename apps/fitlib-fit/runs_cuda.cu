@@ -16,7 +16,9 @@ void resolve_cuda_devices(Args& a) {
 
 Fits run_cuda(const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards, io::RabbitReadOptions ro,
               const LikelihoodOptions& lo, const io::RabbitTensor& in) {
-  return run_on<storage::Dense>(cuda::Devices{a.devices}, a, std::move(model), shards, ro, lo, in);
+  const cuda::Devices devices{a.devices};
+  if (model->sparse()) return run_on<storage::Sparse>(devices, a, std::move(model), shards, ro, lo, in);
+  return run_on<storage::Dense>(devices, a, std::move(model), shards, ro, lo, in);
 }
 
 }  // namespace fitlib::cli

@@ -20,6 +20,7 @@
 #include "fitlib/likelihood/bbstat.hpp"
 #include "fitlib/likelihood/bin_algebra.hpp"
 #include "fitlib/likelihood/columns.hpp"
+#include "fitlib/likelihood/device_templates.hpp"
 #include "fitlib/likelihood/options.hpp"
 #include "fitlib/likelihood/partial_request.hpp"
 #include "fitlib/likelihood/shard_identity.hpp"
@@ -160,22 +161,22 @@ struct YieldsBinKernel {
 /// coefficient columns go down and `[ncoef × columns]` products and per-bin POI sums come back. A
 /// pass is one GEMM for the forward products L = K·C of every cell, the per-bin functions of
 /// bin_algebra.hpp launched over the bins (the same code the host shard runs), and one GEMM for
-/// the backward products Kᵀ·U; the host reduces the per-bin sums in bin order. The dense Hessian is
+/// the backward products Kᵀ·U (for sparse templates a CSR and a CSC kernel instead of the GEMMs;
+/// likelihood/device_templates.hpp); the host reduces the per-bin sums in bin order. The dense Hessian is
 /// nparams HVPs at one point in one such pass (the forward GEMM against [I; diag g'] gives every
 /// cell's effective row), symmetrized.
 ///
 /// Results are reproducible for a fixed layer, shard layout and column width, not bitwise those of
 /// the host shard (a GEMM's summation order depends on its shape; docs/likelihood.md,
-/// "Determinism"). Dense templates only (the sparse layout's SpMM is the CUDA backend's to add).
+/// "Determinism").
 template <class Policy, class Storage>
   requires is_layered_backend_v<backend_of_t<Policy>>
 class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::shard_resource> {
-  static_assert(std::same_as<Storage, storage::Dense>,
-                "the device-layer shard holds dense templates (storage::Dense); evaluate sparse tensors with the host shard");
   using Layer = typename backend_of_t<Policy>::layer;
   template <class T>
   using buffer = typename Layer::template buffer<T>;
-  using Cells = detail::DenseCells;
+  using Templates = detail::DeviceTemplates<Storage, Layer>;
+  using Cells = typename Templates::cells_type;
   using Identity = detail::ShardIdentity<typename Policy::shard_resource>;
   using Identity::model_, Identity::range_, Identity::ndata_;
 
@@ -185,17 +186,13 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   using storage_type = Storage;
 
   Shard(std::shared_ptr<const Model> model, BinRange bins, resource_type resource = {}, const LikelihoodOptions& opts = {}, index_t index = 0)
-      : Identity(std::move(model), bins, resource, index), layer_(resource), data_term_(opts.data_term), cols_(*model_, opts.allow_negative_poi) {
+      : Identity(std::move(model), bins, resource, index),
+        layer_(resource),
+        data_term_(opts.data_term),
+        cols_(*model_, opts.allow_negative_poi),
+        templates_(reserved(layer_, *model_, bins, ndata_, cols_.nparams(), index)) {
     const Model& m = *model_;
-    const DenseTemplates& t = detail::tensor_of<storage::Dense>(m);
     P_ = m.nprocs();
-    layer_.reserve(device::dense_shard_bytes(bins.size(), ndata_, P_, m.ncoef(), cols_.nparams()),
-                   "shard " + std::to_string(index) + " (bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "))");
-    const std::size_t P = static_cast<std::size_t>(P_), nc = static_cast<std::size_t>(m.ncoef());
-    const auto row0 = static_cast<std::size_t>(detail::held_row(m, bins));
-    const auto cells = static_cast<std::size_t>(bins.size()) * P;
-    layer_.upload(std::span(t.logk).subspan(row0 * P * nc, cells * nc), logk_);
-    layer_.upload(std::span(t.nominal).subspan(static_cast<std::size_t>(bins.begin) * P, cells), nominal_);
     const std::vector<index_t> poi = m.poi_of_process();
     layer_.upload(std::span<const index_t>(poi), poi_of_process_);
     const std::vector<double> r0 = detail::default_strengths(m);
@@ -375,6 +372,13 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   }
 
  private:
+  /// The templates on the device, once the device has been checked to hold the whole shard (before any upload).
+  static Templates reserved(Layer& layer, const Model& m, BinRange bins, index_t data_bins, index_t nparams, index_t index) {
+    layer.reserve(Templates::bytes(m, bins, data_bins, nparams),
+                  "shard " + std::to_string(index) + " (bins [" + std::to_string(bins.begin) + ", " + std::to_string(bins.end) + "))");
+    return Templates(layer, m, bins);
+  }
+
   /// The n × n identity (kept): the unit directions of every parameter.
   ConstBlockView<double> identity(index_t n) {
     if (static_cast<index_t>(eye_.size()) != n * n) {
@@ -433,7 +437,7 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   detail::BinPass<Cells> bin_pass(const DeviceStats& ds, const BinByBinStats& st, index_t nx, index_t nv, ConstBlockView<double> v,
                                   std::span<const index_t> slots) {
     detail::BinPass<Cells> a;
-    a.cells = {layer_.data(nominal_), P_};
+    a.cells = templates_.cells(layer_);
     a.bb = st.view();
     a.bb.kstat = layer_.data(ds.kstat);
     a.bb.sigma = layer_.data(ds.sigma);
@@ -470,12 +474,12 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
     return {layer_.data(dev), b.rows, b.cols};
   }
 
-  /// L = K·C for the cells of local bins `bins` and the first nf columns of C, into L_ (`[cells × nf]`).
+  /// L = K·C for the cells of local bins `bins` and the first nf columns of C, into L_ (`[bins·P × nf]`).
   void forward(BinRange bins, index_t nf) {
-    const index_t nc = cols_.ncoef(), cells = bins.size() * P_;
+    const index_t nc = cols_.ncoef();
     layer_.upload(std::span<const double>(cols_.coef(), static_cast<std::size_t>(nc * nf)), C_);
-    layer_.resize(L_, cells * nf);  // the GEMM writes every entry
-    layer_.gemm(true, cells, nf, nc, layer_.data(logk_) + bins.begin * P_ * nc, nc, layer_.data(C_), nc, layer_.data(L_), cells);
+    layer_.resize(L_, bins.size() * P_ * nf);  // every row a bin's cells read is written
+    templates_.forward(layer_, bins, nf, layer_.data(C_), layer_.data(L_));
   }
 
   /// The data pass over `bins`: forward GEMM, data_bin launched per bin, backward GEMM; returns the
@@ -493,8 +497,8 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
                                                         layer_.data(poi_), ps, values ? layer_.data(nll_) : nullptr, layout(nx),
                                                         scratch_base()});
     });
-    layer_.resize(acc_, nc * nb);  // the GEMM writes every entry
-    layer_.gemm(false, nc, nb, cells, layer_.data(logk_) + bins.begin * P_ * nc, nc, layer_.data(U_), cells, layer_.data(acc_), nc);
+    layer_.resize(acc_, nc * nb);  // the backward products write every entry
+    templates_.backward(layer_, bins, nb, layer_.data(U_), layer_.data(acc_));
     host_acc_.resize(static_cast<std::size_t>(nc * nb));
     host_part_.resize(static_cast<std::size_t>(nbins * ps));
     host_vals_.resize(static_cast<std::size_t>(values ? nbins * nx : 0));
@@ -542,12 +546,13 @@ class Shard<Policy, Storage> : public detail::ShardIdentity<typename Policy::sha
   Layer layer_;
   DataTerm data_term_;
   detail::ParameterColumns cols_;
+  Templates templates_;
   index_t P_ = 0;
   BinByBinStats bb_, exact_;
   std::optional<BinByBinStats> profiled_bb_;
   std::vector<DeviceSlot> slots_ = std::vector<DeviceSlot>(1);
   // Device buffers: the shard's data, then each pass's columns, products and per-bin sums.
-  buffer<double> logk_, nominal_, r0_;
+  buffer<double> r0_;
   buffer<index_t> poi_of_process_;
   DeviceStats stats_, exact_stats_;
   buffer<detail::Strength> strengths_;
