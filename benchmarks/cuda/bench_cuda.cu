@@ -9,7 +9,8 @@
 // - passes: value+gradient and value+gradient+HVP of the largest synthetic model (10⁵ bins × 8 processes ×
 //   1000 asymmetric systematics, 12.8 GB of templates; --quick: 10⁴ × 8 × 100), as the fraction of the triad
 //   bandwidth that the templates' two reads per pass (the forward and the backward GEMM) reach; beside
-//   cpu::Threads on every host core on the same model;
+//   cpu::Threads on every host core on the same model; the same passes with the model's templates sparse (10 % of
+//   the variations non-zero: the CSR and CSC kernels, as the fraction of the triad for their entries' two reads);
 // - batches: one pass over 256 and 1024 parameter columns (10⁴ × 8 × 200), as the fraction of DGEMM's rate
 //   its two GEMMs reach, and toy fits per second as one replica batch against cpu::Threads' batches;
 // - fit: a whole fit (trust-krylov, covariance included) of the largest model against cpu::Threads.
@@ -220,6 +221,25 @@ int run(bool quick, Json& out) {
   out.num("value_grad_hvp_ms", t_vgh * 1e3);
   out.num("value_grad_hvp_triad_fraction", frac_vgh);
   out.num("value_grad_cpu_threads_ms", c_vg * 1e3);
+  out.write();
+
+  // The same passes over sparse templates (10 % of the variations non-zero), each entry read twice per pass (CSR
+  // forward, CSC backward) with its index: the fraction of the triad, and against cpu::Threads' sparse shards.
+  const bench::Config sparse_cfg{big.bins, big.procs, big.nsyst, big.asymmetric, 0.1};
+  const auto smodel = bench::synthetic_model(sparse_cfg);
+  const double sparse_bytes = 2.0 * static_cast<double>(smodel->sparse()->nnz()) * (sizeof(double) + sizeof(index_t));
+  Likelihood<Shard<cuda::Devices, storage::Sparse>> sgpu(smodel, cuda::Devices{{0}});
+  Likelihood<Shard<cpu::Threads, storage::Sparse>> scpu(smodel, cpu::Threads{host_cores()}, shards(host_cores()));
+  const double ts_vg = best_of(5, [&] { sgpu.value_grad(X, std::span(&f, 1), G); });
+  const double ts_vgh = best_of(5, [&] { sgpu.value_grad_hessp(X, V, std::span(&f, 1), G, HV); });
+  const double cs_vg = best_of(3, [&] { scpu.value_grad(X, std::span(&f, 1), G); });
+  std::printf("%s: value+gradient %.2f ms (%.2f of the triad for the CSR and CSC reads; cpu::Threads %.1f ms, %.1fx), +HVP %.2f ms\n",
+              sparse_cfg.name().c_str(), ts_vg * 1e3, sparse_bytes / ts_vg / triad_Bs, cs_vg * 1e3, cs_vg / ts_vg, ts_vgh * 1e3);
+  out.str("sparse_pass_model", sparse_cfg.name());
+  out.num("sparse_value_grad_ms", ts_vg * 1e3);
+  out.num("sparse_value_grad_triad_fraction", sparse_bytes / ts_vg / triad_Bs);
+  out.num("sparse_value_grad_hvp_ms", ts_vgh * 1e3);
+  out.num("sparse_value_grad_cpu_threads_ms", cs_vg * 1e3);
   out.write();
 
   // Batches: one pass over many columns, and toy fits as one replica batch.

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 # The install tests (tests/CMakeLists.txt). FITLIB_STEP=install: installs fitlib into a scratch prefix (the fixture).
 # FITLIB_STEP=consumer: configures, builds and runs a C++-only find_package(fitlib) project against that prefix, checks
-# that the package enabled no C language and, with FITLIB_CHECK_MISSING_HDF5, that without HDF5 find_package fails
-# naming what to install rather than leaving an unresolved target for later.
+# that the package enabled no C language and, with FITLIB_CHECK_MISSING_HDF5 (FITLIB_CHECK_MISSING_CUDA), that without
+# HDF5 (the CUDA toolkit) find_package fails naming what to install rather than leaving an unresolved target for later.
 cmake_minimum_required(VERSION 3.21)
 
 if(NOT FITLIB_STEP MATCHES "^(install|consumer)$")
@@ -96,4 +96,16 @@ if(FITLIB_CHECK_MISSING_HDF5)
     message(FATAL_ERROR "with HDF5 hidden, the configure reached an unresolved target instead of stopping at find_package")
   endif()
   message(STATUS "with HDF5 hidden, find_package(fitlib) fails and names the package to install, as it should")
+endif()
+
+# Without the CUDA toolkit, find_package(fitlib COMPONENTS cuda) must fail and say what to install.
+if(FITLIB_CHECK_MISSING_CUDA)
+  configure_consumer("${FITLIB_WORK_DIR}/build-without-cuda" _rc _out -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)
+  if(_rc EQUAL 0)
+    message(FATAL_ERROR "with the CUDA toolkit hidden, configuring ${FITLIB_CONSUMER_SOURCE_DIR} succeeded; find_package(fitlib COMPONENTS cuda) should have failed")
+  endif()
+  if(NOT _out MATCHES "fitlib::cuda needs the CUDA toolkit.*CUDAToolkit_ROOT")
+    message(FATAL_ERROR "with the CUDA toolkit hidden, find_package(fitlib COMPONENTS cuda) did not fail naming what to install")
+  endif()
+  message(STATUS "with the CUDA toolkit hidden, find_package(fitlib COMPONENTS cuda) fails and names what to install, as it should")
 endif()
