@@ -214,7 +214,8 @@ int write_rabbit_output(const Args& a) {
 }
 
 /// --device, --devices and --nDevices: consistent, and CUDA in this binary; with --device cuda, --threads becomes the
-/// number of device shards (own_shards splits the bins into that many).
+/// number of device shards of each process (own_shards splits the bins into that many per rank; under mpirun each rank
+/// takes --devices or its --nDevices least occupied on its own node: one rank per node).
 void check_device_arguments(Args& a) {
   if (a.device != "cuda") {
     if (!a.devices.empty() || a.n_devices != 0) throw usage_error("--devices and --nDevices choose CUDA devices: add --device cuda");
@@ -229,9 +230,6 @@ void check_device_arguments(Args& a) {
   if (a.n_devices < 0) throw usage_error("--nDevices must be ≥ 1, got " + std::to_string(a.n_devices));
   if (a.threads != 0)
     throw usage_error("--threads splits the bins over CPU threads; with --device cuda the shards are the devices (--devices, --nDevices)");
-  if (a.ranks > 1)
-    throw usage_error("--device cuda under mpirun is not built yet; run one process, which drives every device --devices or --nDevices "
-                      "names");
   a.threads = a.devices.empty() ? std::max(a.n_devices, 1) : static_cast<int>(a.devices.size());
 #endif
 }

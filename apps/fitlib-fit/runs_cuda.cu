@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: MIT
 // fitlib-fit --device cuda: the runs over cuda::Devices, compiled by nvcc (built where CMake finds it).
-#include "runs.hpp"
-
-#include <fitlib/cuda.cuh>
+#include "runs_cuda.cuh"
 
 namespace fitlib::cli {
 
@@ -16,9 +14,10 @@ void resolve_cuda_devices(Args& a) {
 
 Fits run_cuda(const Args& a, std::shared_ptr<const Model> model, const std::vector<BinRange>& shards, io::RabbitReadOptions ro,
               const LikelihoodOptions& lo, const io::RabbitTensor& in) {
-  const cuda::Devices devices{a.devices};
-  if (model->sparse()) return run_on<storage::Sparse>(devices, a, std::move(model), shards, ro, lo, in);
-  return run_on<storage::Dense>(devices, a, std::move(model), shards, ro, lo, in);
+#ifdef FITLIB_FIT_MPI
+  if (a.ranks > 1) return run_cuda_ranks(a, std::move(model), shards, ro, lo, in);
+#endif
+  return run_cuda_on(cuda::Devices{a.devices}, a, std::move(model), shards, ro, lo, in);
 }
 
 }  // namespace fitlib::cli

@@ -64,7 +64,6 @@ constexpr double infinity = std::numeric_limits<double>::infinity();
 constexpr double chi2_threshold = 3.5;           ///< threshold_chi2: validation χ²/n below which stopping counts (fact 10)
 constexpr double positivity_tolerance = 1e-6;    ///< positivity passes when every observable is ≥ −this (facts 11, 18)
 constexpr double positivity_initial = 184.8;     ///< NNPDF4.0's λ at the start (fact 11)
-constexpr double positivity_growth = 10;         ///< ×10 every 10 iterations up to --positivity-max (the closure's)
 constexpr index_t positivity_every = 10;        ///< the trust region's clock (Nadam's: NadamOptions::positivity_every epochs)
 constexpr double integrability_initial = 10, integrability_max = 100;  ///< fact 12
 constexpr double integrability_threshold = 0.5;  ///< postfit's INTEG_THRESHOLD (fact 18)
@@ -86,12 +85,15 @@ struct Settings {
   index_t replicas = 100, width = 1, t0_replicas = 20;
   /// The threads the replicas are fitted on, each with its own objective and batch (fit_phase; no bit depends on it).
   index_t threads = fitlib::cpu::available_cores();
-  /// patience: n3fit's 10 % of the iteration budget. 4000 and 400, four times the budget of before 2026-12-07: on all
-  /// cores the 100 replicas still take under 5 minutes, and every χ² falls (docs/benchmarks.md, "Both cores").
-  index_t maxiter = 4000, patience = 400;
+  /// patience: n3fit's 10 % of the iteration budget. 8000 and 800, eight times the budget of before 2026-12-07: the
+  /// replicas then reach the minima Nadam reaches, the polynomial's 568 points fall below it on every dataset, and the
+  /// 100 replicas of the full fit stay under 10 minutes on 2 cores (docs/benchmarks.md, "The trust region's budget").
+  index_t maxiter = 8000, patience = 800;
   /// "trust-region" (fitlib's, on Gauss–Newton products) or "nadam" (n3fit's, nadam.hpp; for comparison, on the same
   /// objective, with --maxiter and --patience its epochs, 17000 and 1700 unless given).
   std::string optimizer = "trust-region";
+  /// The trust region's largest radius (TrustRegionOptions::max_radius) in the network's weights.
+  double max_radius = fitlib::TrustRegionOptions{}.max_radius;
   std::uint64_t seed = 1;
   /// λ_max. The quadratic penalty's pull on an observable at −v is λ·v (plus the multiplier estimate μ), n3fit's linear
   /// ELU's is λ at any v < 0: n3fit's λ_max of 10⁶ (fact 11) pulls as hard at v = 10⁻⁸ as 10¹⁴ does here without μ
@@ -102,6 +104,8 @@ struct Settings {
   /// Above this λ (n3fit's λ_max, fact 11) a replica's multiplier grows only once its validation χ²/n has been below
   /// n3fit's threshold: a penalty that stiff before the data are fitted stalls the fit on positivity.
   double positivity_gate = 1e6;
+  /// λ's factor at each tick of the clock (every 10 trust-region iterations, every 100 Nadam epochs).
+  double positivity_growth = 10;
   /// The points fitted: "all", or "poc", the 568 points of the polynomial's joint fit (nnpdf-example.md §4 item 4:
   /// BCDMS p, SLAC p, HERA NC e⁺p 920 GeV with Q² ≤ 100), to compare with it like for like.
   std::string subset = "all";
@@ -319,6 +323,8 @@ std::vector<Outcome> fit_phase(const DisData& d, std::span<DisObjective> fs, con
   fitlib::TrustRegionOptions tro;
   tro.gtol = 1e-8;
   tro.maxiter = s.maxiter;
+  tro.max_radius = s.max_radius;
+  if (tro.initial_radius >= s.max_radius) tro.initial_radius = s.max_radius / 2;  // (it must be below the largest)
   const fitlib::TrustRegion<fitlib::SteihaugCG> minimizer(tro, fitlib::SteihaugCG(fitlib::SteihaugCGOptions{30}));
   NadamOptions nadam;  // --optimizer nadam
   nadam.epochs = s.maxiter;
@@ -327,7 +333,7 @@ std::vector<Outcome> fit_phase(const DisData& d, std::span<DisObjective> fs, con
   to.validation_fraction = 0.25;  // early stopping on (the split itself is split() above)
   to.patience = s.patience;
   to.positivity_initial = positivity_initial;
-  to.positivity_growth = positivity_growth;
+  to.positivity_growth = s.positivity_growth;
   to.positivity_every = positivity_every;
   // The schedule is the replica's own (the hook's below); train_replica's multiplier is only its clock: every
   // positivity_every iterations, for the whole fit, and at each convergence of the minimiser. As in n3fit, the
@@ -385,7 +391,7 @@ std::vector<Outcome> fit_phase(const DisData& d, std::span<DisObjective> fs, con
               f.update_positivity_multipliers(r, out.current);
               DisReplicaInputs& t = f.inputs(r);
               const double cap = out.ever_below ? s.positivity_max : std::min(s.positivity_gate, s.positivity_max);
-              out.schedule = std::min(cap, out.schedule * positivity_growth);  // cap ≥ λ: it starts at 184.8 ≤ the gate and only grows
+              out.schedule = std::min(cap, out.schedule * s.positivity_growth);  // cap ≥ λ: it starts at 184.8 ≤ the gate and only grows
               t.positivity = ph.positivity ? out.schedule : 0;
               t.integrability = integrability_of(out.schedule, s.positivity_max);
             };
@@ -595,6 +601,8 @@ int main(int argc, char** argv) {
     else if (is("--patience")) s.patience = number(), patience_given = true;
     else if (is("--optimizer")) s.optimizer = argv[++i];
     else if (is("--positivity-max")) s.positivity_max = std::atof(argv[++i]);
+    else if (is("--positivity-growth")) s.positivity_growth = std::atof(argv[++i]);
+    else if (is("--max-radius")) s.max_radius = std::atof(argv[++i]);
     else if (is("--positivity-gate")) s.positivity_gate = std::atof(argv[++i]);
     else if (is("--subset")) s.subset = argv[++i];
     else if (is("--training-fraction")) s.training_fraction = std::atof(argv[++i]);
@@ -606,15 +614,17 @@ int main(int argc, char** argv) {
                    "usage: nnpdf_dis_fit [--data FILE] [--replicas R] [--width W] [--threads T] [--t0-replicas R0] [--seed S] [--out FILE]\n"
                    "                     [--maxiter N] [--patience N] [--positivity-max L] [--positivity-gate G]\n"
                    "                     [--subset all|poc] [--central] [--training-fraction F] [--no-positivity]\n"
-                   "                     [--positivity-xmax X] [--optimizer trust-region|nadam]\n"
+                   "                     [--positivity-xmax X] [--optimizer trust-region|nadam] [--positivity-growth F]\n"
+                   "                     [--max-radius D]\n"
                    "defaults: --data %s --replicas 100 --width 1 --threads %td (the cores this process may use) --t0-replicas 20 (0: t0 = the data)\n"
                    "          --seed 1"
-                   " --out %s --maxiter 4000 --patience 400 --positivity-max 1e6 --positivity-gate 1e6\n"
+                   " --out %s --maxiter 8000 --patience 800 --positivity-max 1e6 --positivity-gate 1e6\n"
                    "          --subset all (poc: the 568 points of the polynomial's joint fit) --training-fraction 0.75\n"
                    "          (1: no validation set); --central: every replica fits the central values (n3fit's genrep: false);\n"
                    "          --no-positivity: no positivity penalty, gate or veto (a diagnosis); --positivity-xmax 1: only the\n"
                    "          positivity rows at x <= X (a diagnosis); --optimizer nadam: n3fit's Nadam instead of the trust\n"
-                   "          region (for comparison; then --maxiter 17000 --patience 1700 unless given)\n",
+                   "          region (for comparison; then --maxiter 17000 --patience 1700 unless given); --positivity-growth 10:\n"
+                   "          lambda's factor per tick; --max-radius 1000: the trust region's largest radius in the weights\n",
                    Settings{}.data.c_str(), Settings{}.threads, Settings{}.out.c_str());
       return 2;
     }
@@ -626,11 +636,12 @@ int main(int argc, char** argv) {
   if (s.replicas < 1 || s.width < 1 || s.threads < 1 || s.t0_replicas < 0 || s.maxiter < 1 || s.patience < 1 ||
       !(s.positivity_max >= positivity_initial) || !(s.positivity_gate >= positivity_initial) ||
       !(s.training_fraction >= 0.5 && s.training_fraction <= 1) || (s.subset != "all" && s.subset != "poc") || !(s.positivity_xmax > 0) ||
-      (s.optimizer != "trust-region" && s.optimizer != "nadam")) {
+      (s.optimizer != "trust-region" && s.optimizer != "nadam") || !(s.positivity_growth > 1 && std::isfinite(s.positivity_growth)) ||
+      !(s.max_radius > 0 && std::isfinite(s.max_radius))) {
     std::fprintf(stderr,
                  "nnpdf_dis_fit: --replicas, --width, --threads, --maxiter and --patience must be >= 1, --t0-replicas >= 0, --positivity-max and "
                  "--positivity-gate >= %g, --training-fraction in [0.5, 1], --positivity-xmax > 0, --subset all or poc, --optimizer "
-                 "trust-region or nadam\n",
+                 "trust-region or nadam, --positivity-growth > 1, --max-radius > 0 (both finite)\n",
                  positivity_initial);
     return 2;
   }
@@ -816,7 +827,7 @@ int main(int argc, char** argv) {
     h5::write_attribute(settings, "positivity_imposed", static_cast<std::int64_t>(s.positivity));
     h5::write_attribute(settings, "positivity_xmax", s.positivity_xmax);
     h5::write_attribute(settings, "positivity_initial", positivity_initial);
-    h5::write_attribute(settings, "positivity_growth", positivity_growth);
+    h5::write_attribute(settings, "positivity_growth", s.positivity_growth);
     h5::write_attribute(settings, "optimizer", s.optimizer);
     h5::write_attribute(settings, "positivity_every", s.optimizer == "nadam" ? NadamOptions{}.positivity_every : positivity_every);
     h5::write_attribute(settings, "positivity_max", s.positivity_max);
