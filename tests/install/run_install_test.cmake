@@ -81,31 +81,29 @@ if(DEFINED FITLIB_CONSUMER_OUTPUT AND NOT _out MATCHES "${FITLIB_CONSUMER_OUTPUT
   message(FATAL_ERROR "the output of ${_consumer} does not match '${FITLIB_CONSUMER_OUTPUT}'")
 endif()
 
-# Without HDF5 (neither its CMake package nor pkg-config to be found), find_package(fitlib) itself must fail and say
-# what to install.
-if(FITLIB_CHECK_MISSING_HDF5)
-  configure_consumer("${FITLIB_WORK_DIR}/build-without-hdf5" _rc _out
-    -DCMAKE_DISABLE_FIND_PACKAGE_HDF5=ON -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON)
+# find_package(fitlib) must fail, naming what to install rather than leaving an unresolved target for later, when a
+# dependency is hidden (`what`: its name in the messages; the rest: the configure arguments that hide it).
+function(expect_refusal what dir regex)
+  configure_consumer("${dir}" _rc _out ${ARGN})
   if(_rc EQUAL 0)
-    message(FATAL_ERROR "with HDF5 hidden, configuring ${FITLIB_CONSUMER_SOURCE_DIR} succeeded; find_package(fitlib) should have failed")
+    message(FATAL_ERROR "with ${what} hidden, configuring ${FITLIB_CONSUMER_SOURCE_DIR} succeeded; find_package(fitlib) should have failed")
   endif()
-  if(NOT _out MATCHES "fitlib::(io|prebuilt) needs the HDF5 C library.*libhdf5-dev")
-    message(FATAL_ERROR "with HDF5 hidden, find_package(fitlib) did not fail naming the HDF5 package to install")
+  if(NOT _out MATCHES "${regex}")
+    message(FATAL_ERROR "with ${what} hidden, find_package(fitlib) did not fail naming what to install")
   endif()
   if(_out MATCHES "target was not found")
-    message(FATAL_ERROR "with HDF5 hidden, the configure reached an unresolved target instead of stopping at find_package")
+    message(FATAL_ERROR "with ${what} hidden, the configure reached an unresolved target instead of stopping at find_package")
   endif()
-  message(STATUS "with HDF5 hidden, find_package(fitlib) fails and names the package to install, as it should")
-endif()
+  message(STATUS "with ${what} hidden, find_package(fitlib) fails and names what to install, as it should")
+endfunction()
 
-# Without the CUDA toolkit, find_package(fitlib COMPONENTS cuda) must fail and say what to install.
+# Without HDF5 (neither its CMake package nor pkg-config to be found).
+if(FITLIB_CHECK_MISSING_HDF5)
+  expect_refusal("HDF5" "${FITLIB_WORK_DIR}/build-without-hdf5" "fitlib::(io|prebuilt) needs the HDF5 C library.*libhdf5-dev"
+    -DCMAKE_DISABLE_FIND_PACKAGE_HDF5=ON -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON)
+endif()
+# Without the CUDA toolkit, for a project that asks for COMPONENTS cuda.
 if(FITLIB_CHECK_MISSING_CUDA)
-  configure_consumer("${FITLIB_WORK_DIR}/build-without-cuda" _rc _out -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)
-  if(_rc EQUAL 0)
-    message(FATAL_ERROR "with the CUDA toolkit hidden, configuring ${FITLIB_CONSUMER_SOURCE_DIR} succeeded; find_package(fitlib COMPONENTS cuda) should have failed")
-  endif()
-  if(NOT _out MATCHES "fitlib::cuda needs the CUDA toolkit.*CUDAToolkit_ROOT")
-    message(FATAL_ERROR "with the CUDA toolkit hidden, find_package(fitlib COMPONENTS cuda) did not fail naming what to install")
-  endif()
-  message(STATUS "with the CUDA toolkit hidden, find_package(fitlib COMPONENTS cuda) fails and names what to install, as it should")
+  expect_refusal("the CUDA toolkit" "${FITLIB_WORK_DIR}/build-without-cuda" "fitlib::cuda needs the CUDA toolkit.*CUDAToolkit_ROOT"
+    -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)
 endif()
