@@ -86,8 +86,8 @@ struct Settings {
   /// The threads the replicas are fitted on, each with its own objective and batch (fit_phase; no bit depends on it).
   index_t threads = fitlib::cpu::available_cores();
   /// patience: n3fit's 10 % of the iteration budget. 8000 and 800, eight times the budget of before 2026-12-07: the
-  /// replicas then reach the minima Nadam reaches, the polynomial's 568 points fall below it on every dataset, and the
-  /// 100 replicas of the full fit stay under 10 minutes on 2 cores (docs/benchmarks.md, "The trust region's budget").
+  /// replicas get near the minima Nadam reaches, every χ² falls, and the 100 replicas of the full fit stay under 10
+  /// minutes on 2 cores (docs/benchmarks.md, "The trust region's budget").
   index_t maxiter = 8000, patience = 800;
   /// "trust-region" (fitlib's, on Gauss–Newton products) or "nadam" (n3fit's, nadam.hpp; for comparison, on the same
   /// objective, with --maxiter and --patience its epochs, 17000 and 1700 unless given).
