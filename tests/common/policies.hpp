@@ -4,6 +4,7 @@
 
 #include <concepts>
 #include <string>
+#include <utility>
 
 #include "fitlib/fit.hpp"
 
@@ -46,7 +47,7 @@ LikelihoodOf<T> likelihood_of(const Model& m, index_t k, LikelihoodOptions lo = 
   if constexpr (std::same_as<typename T::storage, fitlib::storage::Sparse>) {
     Model sparse = m;
     sparse.make_sparse();
-    return LikelihoodOf<T>(sparse, T::make(k), lo);
+    return LikelihoodOf<T>(std::move(sparse), T::make(k), lo);
   } else {
     return LikelihoodOf<T>(m, T::make(k), lo);
   }

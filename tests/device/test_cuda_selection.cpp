@@ -46,10 +46,11 @@ TEST_CASE("cuda selection: a shard's bytes, counted by hand, and the refusal tha
   CHECK(b.workspace == (3u * 800u + 2u * 100u) * 54u * 8u);
   CHECK(b.total() == b.resident + b.workspace);
   // The same shard stored sparsely with 500 non-zero cells and 6000 logk entries: per cell process, row, CSR offset
-  // (8 bytes each) and nominal; per entry value and index in CSR and in CSC; offsets of the 100 coefficients and 100
-  // bins (+ 1 each). The per-bin data and the workspace (P rows per bin) are the dense shard's.
+  // (8 bytes each) and nominal; per entry value and index in CSR and in CSC; the CSR's closing offset and the offsets
+  // of the 100 coefficients and 100 bins (+ 1 each). The per-bin data and the workspace (P rows per bin) are the
+  // dense shard's.
   const device::ShardBytes s = device::sparse_shard_bytes(100, 90, 8, 100, 52, 500, 6000);
-  CHECK(s.resident == 500u * 32u + 2u * 6000u * 16u + 202u * 8u + 90u * 17u + 2u * 90u * 8u * 26u);
+  CHECK(s.resident == 500u * 32u + 2u * 6000u * 16u + 203u * 8u + 90u * 17u + 2u * 90u * 8u * 26u);
   CHECK(s.workspace == b.workspace);
   CHECK_NOTHROW(cuda::require_device_memory(1, b, b.total(), "shard 0"));
   CHECK_THROWS_WITH(cuda::require_device_memory(1, b, b.total() - 1, "shard 3 (bins [300, 400))"),

@@ -40,12 +40,12 @@ inline ShardBytes dense_shard_bytes(index_t bins, index_t data_bins, index_t P, 
 }
 
 /// The bytes of a sparse shard (shard_bytes) with `ncells` non-zero cells and `nnz` logk entries among them:
-/// per cell its process, nominal yield, row and CSR offset; per entry its value and coefficient twice (CSR and CSC,
-/// whose entries also name their row); the CSC's and the bins' offsets.
+/// per cell its process, nominal yield, row and CSR offset; per entry its value twice, its coefficient (CSR) and its
+/// row (CSC); the CSR's closing offset, the CSC's and the bins' offsets.
 inline ShardBytes sparse_shard_bytes(index_t bins, index_t data_bins, index_t P, index_t ncoef, index_t n, index_t ncells, index_t nnz) {
   const auto u = [](index_t v) { return static_cast<std::uint64_t>(std::max<index_t>(v, 0)); };
   const std::uint64_t d = sizeof(double), i = sizeof(index_t);
-  const std::uint64_t templates = u(ncells) * (3 * i + d) + 2 * u(nnz) * (i + d) + (u(ncoef) + u(bins) + 2) * i;
+  const std::uint64_t templates = u(ncells) * (3 * i + d) + 2 * u(nnz) * (i + d) + (u(ncoef) + u(bins) + 3) * i;
   return shard_bytes(bins, data_bins, P, ncoef, n, templates);
 }
 

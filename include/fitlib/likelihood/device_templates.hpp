@@ -20,9 +20,9 @@ namespace fitlib::detail {
 template <class Storage, class Layer>
 class DeviceTemplates;
 
-/// Both kinds lay the forward products out alike: cell c of local bin i on row i·P + c of L (`[rows × columns]`,
-/// column-major), so the launched per-bin functions find a bin's cells at L + i·P whatever the storage; the rows of a
-/// sparse bin's absent cells are neither written nor read.
+// Both kinds lay the forward products out alike: cell c of local bin i on row i·P + c of L (`[rows × columns]`,
+// column-major), so the launched per-bin functions find a bin's cells at L + i·P whatever the storage; the rows of a
+// sparse bin's absent cells are neither written nor read.
 
 /// Dense templates: logk `[cells × ncoef]` row-major, so L = K·C and Kᵀ·U are each one GEMM.
 template <class Layer>
@@ -63,7 +63,7 @@ class DeviceTemplates<storage::Dense, Layer> {
 };
 
 /// L's entries of the cells [first, first + count) of a sparse shard, every column: one thread per (cell, column),
-/// its CSR row's products summed in column order (the host shard's order).
+/// its CSR row's products summed in coefficient order.
 struct SparseForwardKernel {
   const index_t *row_begin, *col, *row_of;  ///< CSR over the shard's cells; each cell's row of L (i·P + c)
   const double* val;
