@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "fitlib/fit.hpp"
@@ -445,6 +446,30 @@ TEST_CASE("replica uses: n3fit-style training with early stopping and positivity
       train_replica(TrustRegion<Gltr>(lo), plain, loss, to, [](double) {}, x0, res);
       CHECK(res.status == FitStatus::max_iterations);
       CHECK(res.iterations == 5);
+    }
+    // positivity_max = +∞ (n3fit's): the multiplier stops at the largest finite double and the schedule keeps
+    // ticking there for the whole fit (it used to overflow to +∞ and tick no more). From 1e306 ×10 every 2
+    // iterations: 1e307 and 1e308 at iterations 2 and 4, then the largest double from iteration 6 on (x0 is at least
+    // 6 iterations from the minimum, and the loss improves every time, so patience never ends it).
+    {
+      TrustRegionOptions lo = o;
+      lo.maxiter = 12;
+      TrainingOptions forever = to;
+      forever.positivity_initial = 1e306;
+      forever.positivity_growth = 10;
+      forever.positivity_max = std::numeric_limits<double>::infinity();
+      forever.positivity_restarts_patience = false;  // (with it, patience would never run out: refused below)
+      int calls = 0;
+      const auto loss = [&calls](const std::vector<double>&) { return -static_cast<double>(++calls); };  // always improving
+      std::vector<double> lambdas;
+      ReplicaFit res;
+      train_replica(TrustRegion<Gltr>(lo), plain, loss, forever, [&lambdas](double l) { lambdas.push_back(l); }, x0, res);
+      CHECK(res.iterations >= 6);
+      REQUIRE(lambdas.size() >= 3);
+      for (const double l : lambdas) CHECK(std::isfinite(l));
+      CHECK(lambdas.back() == std::numeric_limits<double>::max());
+      forever.positivity_restarts_patience = true;
+      CHECK_THROWS_WITH(forever.validate(), Catch::Contains("patience never runs out") && Catch::Contains("positivity_restarts_patience = false"));
     }
     // A growth of 1 below the maximum would restart a converged minimiser for ever: refused.
     to.positivity_growth = 1;

@@ -5,9 +5,11 @@
 // ReplicaBatch (examples/nnpdf).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -48,8 +50,9 @@ struct TrainingOptions {
   /// Whether a growth of the multiplier starts the patience count again (a new objective gets
   /// `patience` iterations to improve on the best state). `false` is n3fit's: its positivity callback
   /// and its early stopping never meet, so a schedule that keeps the multiplier changing (every
-  /// `positivity_every` iterations, with `positivity_max` = +∞ until the multiplier overflows)
-  /// still ends on patience (or on the minimiser's convergence at once after a growth).
+  /// `positivity_every` iterations, with `positivity_max` = +∞: the multiplier stops at the largest finite
+  /// double and the schedule goes on ticking there) still ends on patience (or on the minimiser's convergence
+  /// at once after a growth). `true` with that unbounded schedule is refused: patience would never run out.
   bool positivity_restarts_patience = true;
   /// The veto at the kept state: every positivity observable ≥ −tolerance (relative to its prefit yield).
   double positivity_tolerance = 1e-6;
@@ -68,6 +71,10 @@ struct TrainingOptions {
            std::to_string(positivity_initial) + ", max " + std::to_string(positivity_max) + ", every " + std::to_string(positivity_every) +
            ", growth " + std::to_string(positivity_growth));
     if (!(positivity_tolerance >= 0)) fail("positivity_tolerance must be ≥ 0");
+    // An unbounded multiplier grows for the whole fit, and each growth would give patience back.
+    if (validation_fraction > 0 && positivity_restarts_patience && positivity_max == std::numeric_limits<double>::infinity())
+      fail("positivity_max = +inf grows the multiplier for the whole fit, so with positivity_restarts_patience patience never runs out; "
+           "set positivity_restarts_patience = false (n3fit's) or a finite positivity_max");
   }
 };
 
@@ -154,7 +161,8 @@ void train_replica(const TrustRegion<Sub>& minimizer, F& fr, Loss&& validation_l
       if (status != FitStatus::running) break;
       continue;
     }
-    lambda = std::min(opts.positivity_max, lambda * opts.positivity_growth);
+    // Never +∞: with positivity_max = +∞ the schedule keeps its clock for the whole fit.
+    lambda = std::min({opts.positivity_max, lambda * opts.positivity_growth, std::numeric_limits<double>::max()});
     set_multiplier(lambda);
     // A new objective: restart the minimiser at the current point, keeping its radius.
     const double radius = s.radius;
