@@ -214,8 +214,8 @@ int write_rabbit_output(const Args& a) {
 }
 
 /// --device, --devices and --nDevices: consistent, and CUDA in this binary; with --device cuda, --threads becomes the
-/// number of device shards of each process (own_shards splits the bins into that many per rank; under mpirun each rank
-/// takes --devices or its --nDevices least occupied on its own node: one rank per node).
+/// number of device shards of each process (own_shards splits the bins into that many per rank; under mpirun, ranks that
+/// share a node split its devices: resolve_cuda_devices_on_node).
 void check_device_arguments(Args& a) {
   if (a.device != "cuda") {
     if (!a.devices.empty() || a.n_devices != 0) throw usage_error("--devices and --nDevices choose CUDA devices: add --device cuda");

@@ -4,10 +4,17 @@
 
 namespace fitlib::cli {
 
-void resolve_cuda_devices(Args& a) {
-  if (cuda::device_count() == 0)
+void require_cuda_device(int count) {
+  if (count == 0)
     throw usage_error("--device cuda: this process sees no CUDA device (no GPU, no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides them); "
                       "use --device cpu");
+}
+
+void resolve_cuda_devices(Args& a) {
+#ifdef FITLIB_FIT_MPI
+  if (a.ranks > 1) return resolve_cuda_devices_on_node(a);
+#endif
+  require_cuda_device(cuda::device_count());
   if (a.devices.empty()) a.devices = cuda::least_occupied(a.threads);  // --nDevices (1 by default)
   (void)cuda::Devices{a.devices};  // checks the ids
 }

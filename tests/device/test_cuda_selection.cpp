@@ -45,13 +45,13 @@ TEST_CASE("cuda selection: a shard's bytes, counted by hand, and the refusal tha
   CHECK(b.resident == 800u * 101u * 8u + 90u * 17u + 2u * 90u * 8u * 26u);
   CHECK(b.workspace == (3u * 800u + 2u * 100u) * 54u * 8u);
   CHECK(b.total() == b.resident + b.workspace);
-  // The same shard stored sparsely with 500 non-zero cells and 6000 logk entries: per cell process, row, CSR offset
-  // (8 bytes each) and nominal; per entry value and index in CSR and in CSC; the CSR's closing offset and the offsets
-  // of the 100 coefficients and 100 bins (+ 1 each). The per-bin data and the workspace (P rows per bin) are the
-  // dense shard's.
-  const device::ShardBytes s = device::sparse_shard_bytes(100, 90, 8, 100, 52, 500, 6000);
-  CHECK(s.resident == 500u * 32u + 2u * 6000u * 16u + 203u * 8u + 90u * 17u + 2u * 90u * 8u * 26u);
-  CHECK(s.workspace == b.workspace);
+  // The same shard stored sparsely with 500 non-zero cells and 6000 logk entries in 120 pieces: per cell process, row,
+  // CSR offset (8 bytes each) and nominal; per entry value and index in CSR and in CSC; the CSR's closing offset, the
+  // offsets of the 100 bins, the first pieces of the 100 coefficients and the first entries of the 120 pieces (+ 1
+  // each). The per-bin data are the dense shard's, and the workspace is, with a partial sum per piece and column.
+  const device::ShardBytes s = device::sparse_shard_bytes(100, 90, 8, 100, 52, 500, 6000, 120);
+  CHECK(s.resident == 500u * 32u + 2u * 6000u * 16u + 324u * 8u + 90u * 17u + 2u * 90u * 8u * 26u);
+  CHECK(s.workspace == b.workspace + 120u * 54u * 8u);
   CHECK_NOTHROW(cuda::require_device_memory(1, b, b.total(), "shard 0"));
   CHECK_THROWS_WITH(cuda::require_device_memory(1, b, b.total() - 1, "shard 3 (bins [300, 400))"),
                     Catch::Contains("shard 3 (bins [300, 400)) needs 2 MiB on CUDA device 1") && Catch::Contains("has 2 MiB free") &&
@@ -62,4 +62,24 @@ TEST_CASE("cuda selection: a shard's bytes, counted by hand, and the refusal tha
   CHECK(big.resident > 12'800'000'000u);
   CHECK_NOTHROW(cuda::require_device_memory(0, big, std::uint64_t{80} << 30, "shard 0"));
   CHECK_THROWS_WITH(cuda::require_device_memory(0, big, std::uint64_t{16} << 30, "shard 0"), Catch::Contains("on CUDA device 0"));
+}
+
+TEST_CASE("cuda selection: ranks that share a node split its devices, or keep their own without sharing one", "[cuda_selection]") {
+  // The same view on every rank: the listing in equal contiguous parts.
+  const std::vector<int> four{3, 1, 0, 2};
+  CHECK(cuda::node_share(four, 0, 2) == std::vector<int>{3, 1});
+  CHECK(cuda::node_share(four, 1, 2) == std::vector<int>{0, 2});
+  CHECK(cuda::node_share(four, 3, 4) == std::vector<int>{2});
+  CHECK(cuda::node_share(four, 0, 1) == four);
+  CHECK(cuda::node_share(std::vector<int>{0, 0}, 1, 2) == std::vector<int>{0});  // device 0 shared on purpose
+  CHECK_THROWS_WITH(cuda::node_share(std::vector<int>{0, 1, 2}, 0, 2),
+                    Catch::Contains("2 ranks of this run share a node") && Catch::Contains("has 3 devices") && Catch::Contains("multiple of 2"));
+  CHECK_THROWS_WITH(cuda::node_share(std::vector<int>{0}, 1, 2), Catch::Contains("has 1 device:") && Catch::Contains("--devices 0,0"));
+  CHECK_THROWS_AS(cuda::node_share(four, 2, 2), usage_error);
+  // Different views (CUDA_VISIBLE_DEVICES per rank): each rank's own choice, refused where two chose one device.
+  const std::string a = "0000:3B:00.0", b = "0000:5E:00.0", c = "0000:86:00.0";
+  CHECK_NOTHROW(cuda::require_unshared({{a}, {b}, {c}}));
+  CHECK_NOTHROW(cuda::require_unshared({{a, b}}));
+  CHECK_THROWS_WITH(cuda::require_unshared({{a}, {b, c}, {c}}),
+                    Catch::Contains("local ranks 1 and 2") && Catch::Contains("PCI bus id 0000:86:00.0") && Catch::Contains("CUDA_VISIBLE_DEVICES"));
 }

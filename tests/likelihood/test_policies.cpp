@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -177,4 +178,75 @@ TEMPLATE_TEST_CASE("policies: fits and replica batches equal cpu::Serial's", "[p
     check_parity<TestType>({bt.replicas[r].nll}, {bs.replicas[r].nll});
     check_parity<TestType>(bt.replicas[r].x, bs.replicas[r].x, stopping);
   }
+}
+
+namespace {
+/// 720 bins × 3 processes, every cell present, 4 asymmetric systematics: 2,160 entries per coefficient, so that a
+/// sparse device shard cuts each into pieces of device::sparse_piece (512), the last one shorter; the last coefficient
+/// has no entries at all.
+Model pieces_model() {
+  test::RandomModelSpec sp{.bins = 700, .masked_bins = 20, .procs = 3, .nsyst = 4, .absent_cells = false, .template_stats = true, .seed = 31};
+  Model m = test::random_model(sp);
+  const index_t P = m.nprocs(), nc = m.ncoef();
+  for (index_t cell = 0; cell < m.nbins_full() * P; ++cell) m.dense()->logk[static_cast<std::size_t>(cell * nc + nc - 1)] = 0;
+  return m;
+}
+}  // namespace
+
+TEST_CASE("device-layer sparse templates: the products over pieces of a coefficient's entries, for any range of bins", "[policies]") {
+  const Model m = pieces_model();
+  Model sparse = m;
+  sparse.make_sparse();
+  const std::vector<index_t>& col = sparse.sparse()->col;
+  REQUIRE(std::count(col.begin(), col.end(), index_t{0}) > 2 * device::sparse_piece);
+  // The backward products over any range of a shard's bins (pieces cut at their ends by the binary searches, or wholly
+  // outside) equal the dense templates' GEMM, and so do the forward ones. A shard of 512 bins has exactly 3 pieces per
+  // coefficient.
+  const index_t P = m.nprocs(), nc = m.ncoef(), nb = 3;
+  for (const BinRange shard : {BinRange{0, m.nbins_full()}, BinRange{0, 512}}) {
+    device::HostLayer layer;
+    detail::DeviceTemplates<storage::Dense, device::HostLayer> dense_t(layer, m, shard);
+    detail::DeviceTemplates<storage::Sparse, device::HostLayer> sparse_t(layer, sparse, shard);
+    for (const BinRange r : {shard, BinRange{123, 512}, BinRange{171, 172}, BinRange{500, shard.end}, BinRange{5, 5}}) {
+      INFO("shard [" << shard.begin << ", " << shard.end << "), bins [" << r.begin << ", " << r.end << ")");
+      const index_t rows = r.size() * P;
+      std::vector<double> U(static_cast<std::size_t>(rows * nb)), C(static_cast<std::size_t>(nc * nb));
+      for (std::size_t k = 0; k < U.size(); ++k) U[k] = std::sin(0.37 * static_cast<double>(k) + 1);
+      for (std::size_t k = 0; k < C.size(); ++k) C[k] = std::cos(0.61 * static_cast<double>(k));
+      std::vector<double> a(static_cast<std::size_t>(nc * nb), -1), b(a.size(), -2), La(static_cast<std::size_t>(rows * nb)), Lb(La.size());
+      dense_t.backward(layer, r, nb, U.data(), a.data());
+      sparse_t.backward(layer, r, nb, U.data(), b.data());
+      CHECK(worst_relative(b, a) < 1e-12);
+      dense_t.forward(layer, r, nb, C.data(), La.data());
+      sparse_t.forward(layer, r, nb, C.data(), Lb.data());
+      CHECK(worst_relative(Lb, La) < 1e-12);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("policies: shards with coefficients of several pieces, and shards that hold only their own bins", "[policies]",
+                   FITLIB_TEST_POLICIES) {
+  const Model m = pieces_model();
+  for (const index_t k : {1, 3}) {
+    INFO(k << " shards");
+    auto [lik, serial] = test::AgainstSerial<TestType>(m, k);
+    check_parity<TestType>(everything(lik), everything(serial));
+  }
+  // Each shard's templates read for its bins alone (an MPI rank's, io::read_rabbit with bins), stored as the entry's
+  // shards hold them.
+  const std::vector<BinRange> ranges = partition_bins(m, 3);
+  const auto part = [&](BinRange b) {
+    Model s = test::slice_of(m, b);
+    if constexpr (std::same_as<typename TestType::storage, storage::Sparse>) s.make_sparse();
+    return std::make_shared<const Model>(std::move(s));
+  };
+  test::LikelihoodOf<TestType> held(part({0, 1}), ranges, part, TestType::make(3));
+  LikelihoodOptions three;
+  three.shards = 3;
+  SerialLikelihood serial(m, {}, three);
+  check_parity<TestType>(everything(held), everything(serial));
+  const TrustRegion<Gltr> minimizer;
+  const FitResult a = fit(held, minimizer), b = fit(serial, minimizer);
+  CHECK(a.status == b.status);
+  check_parity<TestType>(a.x, b.x, 1e-9);
 }

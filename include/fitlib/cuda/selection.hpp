@@ -58,6 +58,33 @@ inline std::vector<int> shard_devices(std::span<const int> ids, index_t k) {
   return out;
 }
 
+/// Local rank `local`'s part of a node's device listing when `locals` ranks of one run share the node and see the same
+/// devices: the listing cut into `locals` equal contiguous parts, in order (a device listed in two parts is shared).
+/// The listing is the same on each of them (--devices, or the node's locals·n least occupied).
+inline std::vector<int> node_share(std::span<const int> listing, int local, int locals) {
+  if (locals < 1 || local < 0 || local >= locals)
+    throw usage_error("node_share: local rank " + std::to_string(local) + " of " + std::to_string(locals));
+  const auto L = static_cast<std::size_t>(locals);
+  if (listing.empty() || listing.size() % L != 0)
+    throw usage_error(std::to_string(locals) + " ranks of this run share a node and see the same CUDA devices, and the listing has " +
+                      std::to_string(listing.size()) + " device" + (listing.size() == 1 ? "" : "s") + ": list a multiple of " +
+                      std::to_string(locals) + " (each rank takes its part in order; --devices 0,0 shares device 0), or run one rank per node");
+  const std::size_t k = listing.size() / L, first = static_cast<std::size_t>(local) * k;
+  return {listing.begin() + static_cast<std::ptrdiff_t>(first), listing.begin() + static_cast<std::ptrdiff_t>(first + k)};
+}
+
+/// Throws if two ranks on one node chose the same physical device (`chosen[l]`: the PCI bus ids of local rank l's
+/// devices), as ranks that see different devices choose each for itself (CUDA_VISIBLE_DEVICES set per rank).
+inline void require_unshared(const std::vector<std::vector<std::string>>& chosen) {
+  for (std::size_t a = 0; a < chosen.size(); ++a)
+    for (std::size_t b = a + 1; b < chosen.size(); ++b)
+      for (const std::string& id : chosen[a])
+        if (std::find(chosen[b].begin(), chosen[b].end(), id) != chosen[b].end())
+          throw usage_error("local ranks " + std::to_string(a) + " and " + std::to_string(b) + " of this node both chose the CUDA device at PCI bus id " +
+                            id + ": give each rank its own devices (CUDA_VISIBLE_DEVICES per rank, or the same view for all so that they split "
+                            "it), or run one rank per node");
+}
+
 /// Throws unless a shard of `need` bytes fits the `free` bytes of its device: the message names the
 /// device, both sizes and the remedies.
 inline void require_device_memory(int device, const device::ShardBytes& need, std::uint64_t free, const std::string& what) {

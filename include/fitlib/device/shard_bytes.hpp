@@ -39,14 +39,22 @@ inline ShardBytes dense_shard_bytes(index_t bins, index_t data_bins, index_t P, 
   return shard_bytes(bins, data_bins, P, ncoef, n, cells * static_cast<std::uint64_t>(std::max<index_t>(ncoef, 0) + 1) * sizeof(double));
 }
 
-/// The bytes of a sparse shard (shard_bytes) with `ncells` non-zero cells and `nnz` logk entries among them:
-/// per cell its process, nominal yield, row and CSR offset; per entry its value twice, its coefficient (CSR) and its
-/// row (CSC); the CSR's closing offset, the CSC's and the bins' offsets.
-inline ShardBytes sparse_shard_bytes(index_t bins, index_t data_bins, index_t P, index_t ncoef, index_t n, index_t ncells, index_t nnz) {
+/// The most CSC entries of one coefficient that one thread of a sparse shard's backward products sums
+/// (device_templates.hpp): a coefficient's entries are cut into pieces of this many, summed in parallel, then in order.
+inline constexpr index_t sparse_piece = 512;
+
+/// The bytes of a sparse shard (shard_bytes) with `ncells` non-zero cells, `nnz` logk entries among them and `npieces`
+/// pieces of their CSC (sparse_piece): per cell its process, nominal yield, row and CSR offset; per entry its value
+/// twice, its coefficient (CSR) and its row (CSC); the CSR's closing offset, the bins' offsets, the coefficients' first
+/// pieces and the pieces' first entries (each with its closing one); in the workspace, a partial sum per piece and column.
+inline ShardBytes sparse_shard_bytes(index_t bins, index_t data_bins, index_t P, index_t ncoef, index_t n, index_t ncells, index_t nnz,
+                                     index_t npieces) {
   const auto u = [](index_t v) { return static_cast<std::uint64_t>(std::max<index_t>(v, 0)); };
   const std::uint64_t d = sizeof(double), i = sizeof(index_t);
-  const std::uint64_t templates = u(ncells) * (3 * i + d) + 2 * u(nnz) * (i + d) + (u(ncoef) + u(bins) + 3) * i;
-  return shard_bytes(bins, data_bins, P, ncoef, n, templates);
+  const std::uint64_t templates = u(ncells) * (3 * i + d) + 2 * u(nnz) * (i + d) + (u(bins) + u(ncoef) + u(npieces) + 4) * i;
+  ShardBytes b = shard_bytes(bins, data_bins, P, ncoef, n, templates);
+  b.workspace += u(npieces) * (u(n) + 2) * d;
+  return b;
 }
 
 }  // namespace fitlib::device

@@ -80,27 +80,57 @@ struct SparseForwardKernel {
   }
 };
 
-/// Kᵀ·U of a sparse shard over L's rows [row0, row1): one thread per (coefficient, column), the coefficient's CSC
-/// column summed in cell order, so no two threads write one entry (no atomics: the same bits run after run).
-struct SparseBackwardKernel {
-  const index_t *col_begin, *row;  ///< CSC: coefficient c's entries [col_begin[c], col_begin[c + 1]), each cell's row of L
+/// The first of the ascending rows [first, last) that is ≥ r (a CSC column's rows ascend: its entries are in cell order).
+FITLIB_HOST_DEVICE inline const index_t* first_row_at_least(const index_t* first, const index_t* last, index_t r) {
+  while (first < last) {
+    const index_t* mid = first + (last - first) / 2;
+    if (*mid < r) first = mid + 1;
+    else last = mid;
+  }
+  return first;
+}
+
+/// Kᵀ·U of a sparse shard over L's rows [row0, row1), first half: one thread per (piece, column), a piece being at
+/// most device::sparse_piece consecutive CSC entries of one coefficient (the pieces tile the entries in a fixed
+/// layout), summed in cell order over the entries whose row lies in the range (two binary searches find them).
+struct SparseBackwardPieceKernel {
+  const index_t *piece_at, *row;  ///< piece p: entries [piece_at[p], piece_at[p + 1]); each entry's row of L
   const double* val;
   const double* U;  ///< `[ldU × nb]`, row r of the shard at r − row0
-  index_t ldU, nc, row0, row1;
+  index_t ldU, npieces, row0, row1;
+  double* partial;  ///< `[npieces × nb]`
+  FITLIB_HOST_DEVICE void operator()(index_t t) const {
+    const index_t p = t % npieces, j = t / npieces;
+    const double* uj = U + j * ldU;
+    const index_t* end = row + piece_at[p + 1];
+    const index_t* e = first_row_at_least(row + piece_at[p], end, row0);
+    end = first_row_at_least(e, end, row1);
+    double s = 0;
+    for (; e < end; ++e) s += val[e - row] * uj[*e - row0];
+    partial[p + j * npieces] = s;
+  }
+};
+
+/// The second half: one thread per (coefficient, column), the coefficient's pieces summed in order. The summation
+/// order is the layout's alone and no two threads write one entry (no atomics): the same bits run after run.
+struct SparseBackwardSumKernel {
+  const index_t* piece_begin;  ///< coefficient c's pieces [piece_begin[c], piece_begin[c + 1])
+  const double* partial;       ///< `[npieces × nb]`
+  index_t npieces, nc;
   double* acc;  ///< `[ncoef × nb]`
   FITLIB_HOST_DEVICE void operator()(index_t t) const {
     const index_t c = t % nc, j = t / nc;
-    const double* uj = U + j * ldU;
+    const double* pj = partial + j * npieces;
     double s = 0;
-    for (index_t e = col_begin[c]; e < col_begin[c + 1]; ++e)
-      if (row[e] >= row0 && row[e] < row1) s += val[e] * uj[row[e] - row0];
+    for (index_t p = piece_begin[c]; p < piece_begin[c + 1]; ++p) s += pj[p];
     acc[c + j * nc] = s;
   }
 };
 
 /// Sparse templates (model/sparse_templates.hpp) on the device without densifying: the shard's cells (process,
 /// nominal yield, row of L), their logk rows as CSR for the forward products and the same entries as CSC (by
-/// coefficient, in cell order) for the backward ones: twice the entries, so that each product is a gather.
+/// coefficient, in cell order) cut into pieces for the backward ones: twice the entries, so that each product is a
+/// gather.
 template <class Layer>
 class DeviceTemplates<storage::Sparse, Layer> {
  public:
@@ -108,12 +138,11 @@ class DeviceTemplates<storage::Sparse, Layer> {
 
   DeviceTemplates(Layer& layer, const Model& m, BinRange bins) : P_(m.nprocs()), nc_(m.ncoef()) {
     const SparseTemplates& t = tensor_of<storage::Sparse>(m);
-    held_row(m, bins);  // throws unless the model holds these bins' rows
+    const Range r = range_of(m, bins);
+    const index_t c0 = r.c0, ncells = r.c1 - r.c0, k0 = r.k0, nnz = r.nnz;
     const auto at = [](const std::vector<index_t>& v, index_t i) { return v[static_cast<std::size_t>(i)]; };
-    const index_t c0 = at(t.bin_begin, bins.begin), c1 = at(t.bin_begin, bins.end), k0 = at(t.row_begin, c0);
-    const index_t ncells = c1 - c0, nnz = at(t.row_begin, c1) - k0;
     std::vector<index_t> bin_begin(static_cast<std::size_t>(bins.size() + 1)), row_of(static_cast<std::size_t>(ncells)),
-        row_begin(static_cast<std::size_t>(ncells + 1)), col_begin(static_cast<std::size_t>(nc_ + 1), 0), csc_row(static_cast<std::size_t>(nnz));
+        row_begin(static_cast<std::size_t>(ncells + 1)), csc_row(static_cast<std::size_t>(nnz));
     std::vector<double> csc_val(static_cast<std::size_t>(nnz));
     for (index_t i = 0; i <= bins.size(); ++i) bin_begin[static_cast<std::size_t>(i)] = at(t.bin_begin, bins.begin + i) - c0;
     for (index_t i = 0; i < bins.size(); ++i)
@@ -121,8 +150,7 @@ class DeviceTemplates<storage::Sparse, Layer> {
         row_of[static_cast<std::size_t>(cell)] = i * P_ + cell - bin_begin[static_cast<std::size_t>(i)];
     for (index_t cell = 0; cell <= ncells; ++cell) row_begin[static_cast<std::size_t>(cell)] = at(t.row_begin, c0 + cell) - k0;
     // CSC by a counting sort on the coefficient, stable: each column's entries stay in cell order.
-    for (index_t k = 0; k < nnz; ++k) ++col_begin[static_cast<std::size_t>(at(t.col, k0 + k) + 1)];
-    for (index_t c = 0; c < nc_; ++c) col_begin[static_cast<std::size_t>(c + 1)] += col_begin[static_cast<std::size_t>(c)];
+    const std::vector<index_t> col_begin = csc_offsets(t, r, nc_);
     std::vector<index_t> next(col_begin.begin(), col_begin.end() - 1);
     for (index_t cell = 0; cell < ncells; ++cell)
       for (index_t k = row_begin[static_cast<std::size_t>(cell)]; k < row_begin[static_cast<std::size_t>(cell + 1)]; ++k) {
@@ -130,6 +158,9 @@ class DeviceTemplates<storage::Sparse, Layer> {
         csc_row[static_cast<std::size_t>(e)] = row_of[static_cast<std::size_t>(cell)];
         csc_val[static_cast<std::size_t>(e)] = t.val[static_cast<std::size_t>(k0 + k)];
       }
+    std::vector<index_t> piece_begin, piece_at;
+    pieces_of(col_begin, piece_begin, piece_at);
+    npieces_ = static_cast<index_t>(piece_at.size()) - 1;
     const auto part = [&](const auto& v, index_t first, index_t n) {
       return std::span(v).subspan(static_cast<std::size_t>(first), static_cast<std::size_t>(n));
     };
@@ -140,18 +171,19 @@ class DeviceTemplates<storage::Sparse, Layer> {
     layer.upload(std::span<const index_t>(row_begin), row_begin_);
     layer.upload(part(t.col, k0, nnz), col_);
     layer.upload(part(t.val, k0, nnz), val_);
-    layer.upload(std::span<const index_t>(col_begin), col_begin_);
+    layer.upload(std::span<const index_t>(piece_begin), piece_begin_);
+    layer.upload(std::span<const index_t>(piece_at), piece_at_);
     layer.upload(std::span<const index_t>(csc_row), csc_row_);
     layer.upload(std::span<const double>(csc_val), csc_val_);
     host_bin_begin_ = std::move(bin_begin);
   }
 
   static device::ShardBytes bytes(const Model& m, BinRange bins, index_t data_bins, index_t nparams) {
-    const SparseTemplates& t = tensor_of<storage::Sparse>(m);
-    held_row(m, bins);
-    const auto at = [&](const std::vector<index_t>& v, index_t i) { return v[static_cast<std::size_t>(i)]; };
-    const index_t c0 = at(t.bin_begin, bins.begin), c1 = at(t.bin_begin, bins.end);
-    return device::sparse_shard_bytes(bins.size(), data_bins, m.nprocs(), m.ncoef(), nparams, c1 - c0, at(t.row_begin, c1) - at(t.row_begin, c0));
+    const Range r = range_of(m, bins);
+    std::vector<index_t> piece_begin, piece_at;
+    pieces_of(csc_offsets(tensor_of<storage::Sparse>(m), r, m.ncoef()), piece_begin, piece_at);
+    return device::sparse_shard_bytes(bins.size(), data_bins, m.nprocs(), m.ncoef(), nparams, r.c1 - r.c0, r.nnz,
+                                      static_cast<index_t>(piece_at.size()) - 1);
   }
 
   cells_type cells(Layer& layer) { return {layer.data(bin_begin_), layer.data(process_), layer.data(nominal_)}; }
@@ -164,17 +196,49 @@ class DeviceTemplates<storage::Sparse, Layer> {
   }
   void backward(Layer& layer, BinRange bins, index_t nb, const double* U, double* acc) {
     if (nc_ == 0 || nb == 0) return;
-    layer.launch(nc_ * nb, SparseBackwardKernel{layer.data(col_begin_), layer.data(csc_row_), layer.data(csc_val_), U, bins.size() * P_, nc_,
-                                                bins.begin * P_, bins.end * P_, acc});
+    layer.resize(partial_, npieces_ * nb);  // every piece writes its entry
+    if (npieces_ > 0)
+      layer.launch(npieces_ * nb, SparseBackwardPieceKernel{layer.data(piece_at_), layer.data(csc_row_), layer.data(csc_val_), U, bins.size() * P_,
+                                                            npieces_, bins.begin * P_, bins.end * P_, layer.data(partial_)});
+    layer.launch(nc_ * nb, SparseBackwardSumKernel{layer.data(piece_begin_), layer.data(partial_), npieces_, nc_, acc});
   }
 
  private:
+  /// The shard's cells [c0, c1) and their logk entries [k0, k0 + nnz).
+  struct Range {
+    index_t c0, c1, k0, nnz;
+  };
+  static Range range_of(const Model& m, BinRange bins) {
+    const SparseTemplates& t = tensor_of<storage::Sparse>(m);
+    held_row(m, bins);  // throws unless the model holds these bins' rows
+    const auto at = [](const std::vector<index_t>& v, index_t i) { return v[static_cast<std::size_t>(i)]; };
+    const index_t c0 = at(t.bin_begin, bins.begin), c1 = at(t.bin_begin, bins.end), k0 = at(t.row_begin, c0);
+    return {c0, c1, k0, at(t.row_begin, c1) - k0};
+  }
+  /// The CSC's column offsets (`[ncoef + 1]`) of the range's entries.
+  static std::vector<index_t> csc_offsets(const SparseTemplates& t, const Range& r, index_t nc) {
+    std::vector<index_t> col_begin(static_cast<std::size_t>(nc + 1), 0);
+    for (index_t k = 0; k < r.nnz; ++k) ++col_begin[static_cast<std::size_t>(t.col[static_cast<std::size_t>(r.k0 + k)] + 1)];
+    for (index_t c = 0; c < nc; ++c) col_begin[static_cast<std::size_t>(c + 1)] += col_begin[static_cast<std::size_t>(c)];
+    return col_begin;
+  }
+  /// Each coefficient's entries cut into pieces of device::sparse_piece (its last one shorter): coefficient c's pieces
+  /// [piece_begin[c], piece_begin[c + 1]), piece p's entries [piece_at[p], piece_at[p + 1]).
+  static void pieces_of(const std::vector<index_t>& col_begin, std::vector<index_t>& piece_begin, std::vector<index_t>& piece_at) {
+    piece_begin.assign(1, 0);
+    piece_at.assign(1, 0);
+    for (std::size_t c = 0; c + 1 < col_begin.size(); ++c) {
+      for (index_t e = col_begin[c] + device::sparse_piece; e < col_begin[c + 1]; e += device::sparse_piece) piece_at.push_back(e);
+      if (col_begin[c + 1] > col_begin[c]) piece_at.push_back(col_begin[c + 1]);
+      piece_begin.push_back(static_cast<index_t>(piece_at.size()) - 1);
+    }
+  }
   index_t cell(index_t i) const { return host_bin_begin_[static_cast<std::size_t>(i)]; }
 
-  index_t P_, nc_;
+  index_t P_, nc_, npieces_ = 0;
   std::vector<index_t> host_bin_begin_;  ///< the bins' first cells, also on the host (a pass's cell range)
-  typename Layer::template buffer<index_t> bin_begin_, process_, row_of_, row_begin_, col_, col_begin_, csc_row_;
-  typename Layer::template buffer<double> nominal_, val_, csc_val_;
+  typename Layer::template buffer<index_t> bin_begin_, process_, row_of_, row_begin_, col_, piece_begin_, piece_at_, csc_row_;
+  typename Layer::template buffer<double> nominal_, val_, csc_val_, partial_;
 };
 
 }  // namespace fitlib::detail
