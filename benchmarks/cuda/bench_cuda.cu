@@ -13,7 +13,9 @@
 //   the variations non-zero: the CSR and CSC kernels, as the fraction of the triad for their entries' two reads);
 // - batches: one pass over 256 and 1024 parameter columns (10⁴ × 8 × 200), as the fraction of DGEMM's rate
 //   its two GEMMs reach, and toy fits per second as one replica batch against cpu::Threads' batches;
-// - fit: a whole fit (trust-krylov, covariance included) of the largest model against cpu::Threads.
+// - fit: a whole fit (trust-krylov, covariance included) of the largest model against cpu::Threads;
+// - covariance: the postfit covariance's factor and inverse of n = 2000 and 6000 (--quick: 1000) on the device
+//   (DeviceCholesky) against the host's HostCholesky.
 // Exit code 77 where there is no CUDA device.
 #include <cuda_runtime.h>
 
@@ -311,7 +313,37 @@ int run(bool quick, Json& out) {
   out.num("fit_cpu_threads_s", tc);
   out.num("fit_ratio", tc / tg);
   out.num("fit_max_dx_over_sigma", dx);
-  out.str("exact_on_device", "not measured: the dense solver runs on the host (cuSOLVER is the next step)");
+  out.write();
+
+  // The postfit covariance: factor and inverse of an n × n Hessian on the device (DeviceCholesky: potrf, potri, the
+  // matrix down and the inverse back) against the host's (HostCholesky: Eigen's LLT, L⁻¹, L⁻ᵀL⁻¹).
+  std::string inverses = "[";
+  for (index_t N : quick ? std::vector<index_t>{1000} : std::vector<index_t>{2000, 6000}) {
+    std::vector<double> H(static_cast<std::size_t>(N * N)), ch(H.size()), cd(H.size());
+    for (index_t c = 0; c < N; ++c)
+      for (index_t r = 0; r < N; ++r) H[static_cast<std::size_t>(r + c * N)] = (r == c ? static_cast<double>(N) : 0.0) + std::cos(0.1 * static_cast<double>(r * c + 1));
+    detail::HostCholesky host;
+    cuda::DeviceCholesky dev;
+    const double th = seconds([&] {
+      if (host.factor({H.data(), N, N})) host.inverse({ch.data(), N, N});
+    });
+    const double td = best_of(3, [&] {
+      if (dev.factor({H.data(), N, N})) dev.inverse({cd.data(), N, N});
+    });
+    double worst = 0, largest = 0;
+    for (std::size_t k = 0; k < H.size(); ++k) {
+      worst = std::max(worst, std::abs(cd[k] - ch[k]));
+      largest = std::max(largest, std::abs(ch[k]));
+    }
+    std::printf("postfit covariance of %td parameters: device %.1f ms (factor + inverse, both copies), host %.1f ms: %.1fx; max |diff| %.1e of the largest\n",
+                N, td * 1e3, th * 1e3, th / td, worst / largest);
+    char b[256];
+    std::snprintf(b, sizeof b, "%s{\"n\": %td, \"device_ms\": %.6g, \"host_ms\": %.6g, \"ratio\": %.4g, \"relative_difference\": %.3g}",
+                  inverses.size() > 1 ? ", " : "", N, td * 1e3, th * 1e3, th / td, worst / largest);
+    inverses += b;
+  }
+  out.add("covariance_inverse", inverses + "]");
+  out.str("exact_on_device", "not measured: Exact's Moré–Sorensen factorisations run on the host");
   out.write();
   return 0;
 }

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: MIT
 // cuda::Layer against device::HostLayer, primitive by primitive (copies, zeros, GEMMs, launches), the dense
-// solver against HostCholesky, and the CUDA policy's own bookkeeping on a real device: streams per shard, the
+// solver against HostCholesky (the covariance term's solve and the postfit covariance), and the CUDA policy's own bookkeeping on a real device: streams per shard, the
 // memory check before upload.
 #include <catch2/catch.hpp>
 
 #include <Eigen/Dense>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "fitlib/cuda.cuh"
+#include "random_model.hpp"
 
 using namespace fitlib;
 
@@ -148,4 +150,47 @@ TEST_CASE("cuda::DeviceCholesky: the covariance term's solve on the device equal
   bad(7, 2) = std::nan("");
   CHECK_FALSE(moved.factor({bad.data(), n, n}));
   CHECK(moved.factor({A.data(), n, n}));  // and back
+  // The inverse (the postfit covariance's), both triangles, to rounding of the host's; the factor stays for solve.
+  Eigen::MatrixXd ih(n, n), id(n, n);
+  REQUIRE(host.factor({A.data(), n, n}));
+  host.inverse({ih.data(), n, n});
+  moved.inverse({id.data(), n, n});
+  CHECK((id - ih).cwiseAbs().maxCoeff() <= 1e-12 * ih.cwiseAbs().maxCoeff());
+  CHECK(id == id.transpose());
+  moved.solve({B.data(), n, m}, {xd.data(), n, m});
+  CHECK((xd - xh).cwiseAbs().maxCoeff() <= 1e-12 * xh.cwiseAbs().maxCoeff());
+  CHECK_THROWS_AS(moved.inverse({id.data(), n - 1, n - 1}), usage_error);
+  // The postfit covariance through the device's solver: accurate as the host's; an indefinite Hessian falls back to
+  // the host's LDLᵀ, a NaN fails, as with the host's solver.
+  Eigen::MatrixXd cd(n, n), ch(n, n);
+  CHECK(covariance_from_hessian({A.data(), n, n}, {cd.data(), n, n}, moved) == CovarianceStatus::accurate);
+  CHECK(covariance_from_hessian({A.data(), n, n}, {ch.data(), n, n}) == CovarianceStatus::accurate);
+  CHECK((cd - ch).cwiseAbs().maxCoeff() <= 1e-12 * ch.cwiseAbs().maxCoeff());
+  Eigen::MatrixXd indefinite = A;
+  indefinite(5, 5) = -static_cast<double>(n);
+  CHECK(covariance_from_hessian({indefinite.data(), n, n}, {cd.data(), n, n}, moved) == CovarianceStatus::not_positive_definite);
+  CHECK(covariance_from_hessian({indefinite.data(), n, n}, {ch.data(), n, n}) == CovarianceStatus::not_positive_definite);
+  CHECK(cd == ch);  // (the host's LDLᵀ both times)
+  indefinite(7, 2) = indefinite(2, 7) = std::nan("");
+  CHECK(covariance_from_hessian({indefinite.data(), n, n}, {cd.data(), n, n}, moved) == CovarianceStatus::failed);
+  CHECK(std::isnan(cd(0, 0)));
+}
+
+TEST_CASE("cuda: the postfit covariance of 256 parameters or more is inverted on the device, as the host's", "[cuda]") {
+  // 300 systematics (301 parameters): fit's postfit takes the policy's DeviceCholesky (fit.hpp, device_covariance_min).
+  const Model m = test::random_model({.bins = 60, .masked_bins = 0, .procs = 3, .nsyst = 300, .seed = 41});
+  Likelihood<Shard<cuda::Devices, storage::Dense>> gpu(m, cuda::Devices{{0}});
+  SerialLikelihood host(m);
+  const TrustRegion<Gltr> minimizer;
+  const FitResult a = fit(gpu, minimizer), b = fit(host, minimizer);
+  REQUIRE(static_cast<index_t>(a.x.size()) >= detail::device_covariance_min);
+  CHECK(a.covariance_status == CovarianceStatus::accurate);
+  CHECK(b.covariance_status == CovarianceStatus::accurate);
+  REQUIRE(a.covariance.size() == b.covariance.size());
+  double worst = 0, largest = 0;
+  for (std::size_t k = 0; k < b.covariance.size(); ++k) {
+    worst = std::max(worst, std::abs(a.covariance[k] - b.covariance[k]));
+    largest = std::max(largest, std::abs(b.covariance[k]));
+  }
+  CHECK(worst <= 1e-8 * largest);  // the fits' minima agree to their stopping tolerance, not to rounding
 }

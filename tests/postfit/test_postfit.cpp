@@ -6,6 +6,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <numbers>
 #include <random>
@@ -20,6 +21,13 @@
 
 using namespace fitlib;
 using test::RandomModelSpec;
+
+// The postfit covariance's solver (fit.hpp): the policy's where it inverts, else the host's; every host policy's is
+// Eigen's HostCholesky, so its covariances are the bits they were.
+static_assert(std::same_as<detail::dense_solver_of<SerialLikelihood>::type, detail::HostCholesky>);
+static_assert(std::same_as<detail::dense_solver_of<ThreadedLikelihood>::type, detail::HostCholesky>);
+static_assert(std::same_as<detail::dense_solver_of<Likelihood<Shard<device::HostLayered, storage::Sparse>>>::type, detail::HostCholesky>);
+static_assert(std::same_as<detail::dense_solver_of<ReplicaObjective<SerialLikelihood>>::type, detail::HostCholesky>);
 
 namespace {
 

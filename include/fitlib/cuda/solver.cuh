@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
-// cuda::DeviceCholesky: the CUDA policy's dense solver (cuSOLVER's potrf and potrs), the covariance term's bins × bins solve.
+// cuda::DeviceCholesky: the CUDA policy's dense solver (cuSOLVER's potrf, potrs and potri): the covariance term's bins × bins
+// solve and the postfit covariance.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -28,7 +30,7 @@ class DeviceCholesky {
   DeviceCholesky() = default;
 
   /// Factors A (`[n × n]`, the lower triangle is read); false when A is not positive definite or has a
-  /// non-finite entry there, and then `solve` must not be called.
+  /// non-finite entry there, and then neither `solve` nor `inverse` may be called.
   bool factor(ConstBlockView<double> a) {
     const index_t n = a.rows;
     if (n != a.cols) throw usage_error("DeviceCholesky::factor needs a square matrix, got " + std::to_string(a.rows) + " × " + std::to_string(a.cols));
@@ -81,6 +83,33 @@ class DeviceCholesky {
       for (index_t r = 0; r < n_; ++r) x(r, c) = packed[static_cast<std::size_t>(r + c * n_)];
   }
 
+  /// X = A⁻¹ (`[n × n]`, host block, both triangles): cuSOLVER's potri on a device copy of the factor (which stays, for
+  /// solve), its lower triangle mirrored on the host. The postfit covariance of a CUDA likelihood (fit.hpp).
+  void inverse(BlockView<double> x) const {
+    if (!factored_) throw usage_error("DeviceCholesky::inverse without a successful factor()");
+    if (x.rows != n_ || x.cols != n_)
+      throw usage_error("DeviceCholesky::inverse: a " + std::to_string(x.rows) + " × " + std::to_string(x.cols) + " block for a factor of " +
+                        std::to_string(n_));
+    if (n_ == 0) return;
+    use_device(device_);
+    const int ni = static_cast<int>(n_);
+    const auto entries = static_cast<std::size_t>(n_ * n_);
+    rhs_.resize(entries, device_);
+    check(cudaMemcpyAsync(rhs_.data(), a_.data(), entries * sizeof(double), cudaMemcpyDeviceToDevice, stream_.get()), "cudaMemcpyAsync (inverse)", device_);
+    int lwork = 0;
+    check(cusolverDnDpotri_bufferSize(solver_.get(), CUBLAS_FILL_MODE_LOWER, ni, rhs_.data(), ni, &lwork), "cusolverDnDpotri_bufferSize", device_);
+    work_.resize(static_cast<std::size_t>(std::max(lwork, 1)), device_);
+    check(cusolverDnDpotri(solver_.get(), CUBLAS_FILL_MODE_LOWER, ni, rhs_.data(), ni, work_.data(), lwork, info_.data()), "cusolverDnDpotri", device_);
+    host_.resize(entries);
+    int info = 0;
+    check(cudaMemcpyAsync(host_.data(), rhs_.data(), entries * sizeof(double), cudaMemcpyDeviceToHost, stream_.get()), "cudaMemcpyAsync (inverse)", device_);
+    check(cudaMemcpyAsync(&info, info_.data(), sizeof(int), cudaMemcpyDeviceToHost, stream_.get()), "cudaMemcpyAsync (potri's info)", device_);
+    check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (inverse)", device_);
+    if (info != 0) throw device_error("cusolverDnDpotri reported info " + std::to_string(info) + " on CUDA device " + std::to_string(device_));
+    for (index_t c = 0; c < n_; ++c)
+      for (index_t r = 0; r < n_; ++r) x(r, c) = host_[static_cast<std::size_t>(std::max(r, c) + std::min(r, c) * n_)];
+  }
+
  private:
   /// The stream and cuSOLVER handle on the current device, made at the first factorisation.
   void start() {
@@ -99,9 +128,9 @@ class DeviceCholesky {
   bool factored_ = false;
   Stream stream_;  // (declared before the handle bound to it, so destroyed after it)
   Owned<cusolverDnHandle_t, cusolverDnDestroy> solver_;
-  Buffer<double> a_, work_;
-  // solve() is const (as HostCholesky's) but stages through these.
-  mutable Buffer<double> rhs_;
+  Buffer<double> a_;
+  // solve() and inverse() are const (as HostCholesky's) but stage through these.
+  mutable Buffer<double> rhs_, work_;
   mutable Buffer<int> info_;
   mutable std::vector<double> host_;
 };

@@ -10,20 +10,24 @@
 #include "fitlib/config.hpp"
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/detail/spd_inverse.hpp"
 
 namespace fitlib::detail {
 
 /// A Cholesky factorisation A = L·Lᵀ of a symmetric positive definite matrix, solved against
-/// blocks of right-hand sides: what a device policy offers as `dense_solver` (cuSOLVER's potrf and
-/// potrs on a GPU). The interface takes raw column-major views only, never Eigen types.
+/// blocks of right-hand sides and inverted: what a device policy offers as `dense_solver`
+/// (cuSOLVER's potrf, potrs and potri on a GPU). The interface takes raw column-major views only, never Eigen types.
 class HostCholesky {
  public:
   /// Factors A (`[n × n]`, the lower triangle is read); false when A is not positive definite
-  /// (a NaN pivot included), and then `solve` must not be called.
+  /// (a NaN pivot included), and then neither `solve` nor `inverse` may be called.
   bool factor(ConstBlockView<double> a);
 
   /// X = A⁻¹·B (`[n × nrhs]` each; X may not alias B).
   void solve(ConstBlockView<double> b, BlockView<double> x) const;
+
+  /// X = A⁻¹ (`[n × n]`, both triangles): L⁻¹, then L⁻ᵀ·L⁻¹ (detail::inverse_from_cholesky), symmetric to the bit.
+  void inverse(BlockView<double> x) const;
 
  private:
   std::optional<Eigen::LLT<Eigen::MatrixXd>> llt_;
@@ -48,6 +52,14 @@ FITLIB_PREBUILT_INLINE void HostCholesky::solve(ConstBlockView<double> b, BlockV
   const Eigen::Map<const Eigen::MatrixXd, 0, Eigen::OuterStride<>> bm(b.data, b.rows, b.cols, Eigen::OuterStride<>(b.ld));
   Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> xm(x.data, x.rows, x.cols, Eigen::OuterStride<>(x.ld));
   xm = llt_->solve(bm);
+}
+
+FITLIB_PREBUILT_INLINE void HostCholesky::inverse(BlockView<double> x) const {
+  if (!llt_ || llt_->info() != Eigen::Success) throw usage_error("HostCholesky::inverse without a successful factor()");
+  if (x.rows != llt_->rows() || x.cols != llt_->rows())
+    throw usage_error("HostCholesky::inverse: a " + std::to_string(x.rows) + " × " + std::to_string(x.cols) + " block for a factor of " +
+                      std::to_string(llt_->rows()));
+  Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>>(x.data, x.rows, x.cols, Eigen::OuterStride<>(x.ld)) = inverse_from_cholesky(*llt_);
 }
 #endif
 

@@ -37,8 +37,8 @@ struct layered {
 ///   stream), handed to shard k with its index;
 /// - `executor(k)`: what runs k shards' passes (`for_each(k, f)` launches f(shard) for each, then
 ///   `fence()` waits for all), replacing a pool inside the likelihood;
-/// - `dense_solver`: Cholesky factor/solve on raw column-major data (Eigen on the host), for the
-///   bins × bins solve of the covariance term;
+/// - `dense_solver`: Cholesky factor/solve/inverse on raw column-major data (Eigen on the host), for
+///   the bins × bins solve of the covariance term and the postfit covariance (fit.hpp);
 /// - `concurrency()`: how many shards it runs at once (the default shard count).
 /// mpi::Ranks<Inner> forwards all of these to its inner policy, so backends compose by type.
 namespace detail {

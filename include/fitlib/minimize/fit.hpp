@@ -312,6 +312,20 @@ void krylov_end_game(F& f, const TrustRegionOptions& options, const TrustRegionS
   known = end.take_hessian_at(r.x, r.nll, r.gradient);
 }
 
+/// The dense solver of the postfit covariance: F's policy's where it inverts (a CUDA likelihood's factors and
+/// inverts on its device), else the host's. A device solver takes matrices of `device_covariance_min` free
+/// parameters or more; below, a round trip to the device costs more than the host's n³/3 flops.
+template <class F>
+struct dense_solver_of {
+  using type = HostCholesky;
+};
+template <class F>
+  requires requires(typename F::policy_type::dense_solver& s, BlockView<double> x) { s.inverse(x); }
+struct dense_solver_of<F> {
+  using type = typename F::policy_type::dense_solver;
+};
+inline constexpr index_t device_covariance_min = 256;
+
 /// What `fit` computes at the minimum r.x, into r: with `covariance`, the dense Hessian, the
 /// covariance of the free parameters (its inverse), the uncertainties and the EDM; else the NLL
 /// and the gradient only. Frozen parameters get zero rows and columns. `known`: the Hessian at r.x
@@ -333,8 +347,16 @@ void postfit(F& f, FitResult& r, const std::vector<index_t>& free, bool covarian
     std::vector<double> hf(static_cast<std::size_t>(m * m)), cf(hf.size());
     for (index_t c = 0; c < m; ++c)
       for (index_t k = 0; k < m; ++k) hf[static_cast<std::size_t>(k + c * m)] = H[static_cast<std::size_t>(free[static_cast<std::size_t>(k)] + free[static_cast<std::size_t>(c)] * n)];
-    r.covariance_status = m > 0 ? covariance_from_hessian(ConstBlockView<double>(hf.data(), m, m), BlockView<double>(cf.data(), m, m))
-                                : CovarianceStatus::accurate;
+    const ConstBlockView<double> hv(hf.data(), m, m);
+    const BlockView<double> cv(cf.data(), m, m);
+    if (m == 0) {
+      r.covariance_status = CovarianceStatus::accurate;
+    } else if (m >= device_covariance_min) {
+      typename dense_solver_of<F>::type solver;
+      r.covariance_status = covariance_from_hessian(hv, cv, solver);
+    } else {
+      r.covariance_status = covariance_from_hessian(hv, cv);
+    }
     double edm = 0;
     for (index_t c = 0; c < m; ++c) {
       const index_t jc = free[static_cast<std::size_t>(c)];

@@ -10,31 +10,22 @@
 
 #include "fitlib/config.hpp"
 #include "fitlib/core/types.hpp"
-#include "fitlib/detail/spd_inverse.hpp"
+#include "fitlib/device/host_solver.hpp"
 #include "fitlib/minimize/status.hpp"
 
 namespace fitlib {
 
-/// Writes C = H⁻¹ for a symmetric `[n × n]` Hessian (column-major) into `cov`. Positive definite:
-/// from the Cholesky factor, L⁻¹ then L⁻ᵀ·L⁻¹ (`accurate`). Indefinite but invertible: from LDLᵀ, reported as
-/// `not_positive_definite` (C is then not a covariance). Singular or non-finite: `failed`, C NaN.
-CovarianceStatus covariance_from_hessian(ConstBlockView<double> H, BlockView<double> cov);
+namespace detail {
+/// C = H⁻¹ for a finite symmetric H that is not positive definite: from LDLᵀ where it is invertible
+/// (`not_positive_definite`: C is then not a covariance), else `failed` with C NaN.
+CovarianceStatus indefinite_covariance(ConstBlockView<double> H, BlockView<double> cov);
 #if FITLIB_DEFINITIONS
-FITLIB_PREBUILT_INLINE CovarianceStatus covariance_from_hessian(ConstBlockView<double> H, BlockView<double> cov) {
+FITLIB_PREBUILT_INLINE CovarianceStatus indefinite_covariance(ConstBlockView<double> H, BlockView<double> cov) {
   const index_t n = H.rows;
   Eigen::MatrixXd h(n, n);
   for (index_t j = 0; j < n; ++j)
     for (index_t i = 0; i < n; ++i) h(i, j) = H(i, j);
   Eigen::Map<Eigen::MatrixXd, 0, Eigen::OuterStride<>> C(cov.data, n, n, Eigen::OuterStride<>(cov.ld));
-  if (!h.allFinite()) {
-    C.setConstant(std::numeric_limits<double>::quiet_NaN());
-    return CovarianceStatus::failed;
-  }
-  Eigen::LLT<Eigen::MatrixXd> llt(h);
-  if (llt.info() == Eigen::Success) {
-    C = detail::inverse_from_cholesky(llt);
-    return CovarianceStatus::accurate;
-  }
   Eigen::LDLT<Eigen::MatrixXd> ldlt(h);
   const auto d = ldlt.vectorD();
   const double scale = d.cwiseAbs().maxCoeff();
@@ -46,5 +37,32 @@ FITLIB_PREBUILT_INLINE CovarianceStatus covariance_from_hessian(ConstBlockView<d
   return CovarianceStatus::failed;
 }
 #endif
+}  // namespace detail
+
+/// Writes C = H⁻¹ for a symmetric `[n × n]` Hessian (column-major) into `cov`. Positive definite:
+/// from `solver`'s Cholesky factor (`accurate`; a policy's `dense_solver`, so that a GPU
+/// likelihood's covariance is factored and inverted on its device; the host's HostCholesky takes L⁻¹,
+/// then L⁻ᵀ·L⁻¹). Indefinite but invertible: from LDLᵀ on the host, reported as
+/// `not_positive_definite` (C is then not a covariance). Singular or non-finite: `failed`, C NaN.
+template <class Solver>
+CovarianceStatus covariance_from_hessian(ConstBlockView<double> H, BlockView<double> cov, Solver& solver) {
+  for (index_t j = 0; j < H.cols; ++j)
+    for (index_t i = 0; i < H.rows; ++i)
+      if (!std::isfinite(H(i, j))) {
+        for (index_t c = 0; c < cov.cols; ++c)
+          for (index_t r = 0; r < cov.rows; ++r) cov(r, c) = std::numeric_limits<double>::quiet_NaN();
+        return CovarianceStatus::failed;
+      }
+  if (solver.factor(H)) {
+    solver.inverse(cov);
+    return CovarianceStatus::accurate;
+  }
+  return detail::indefinite_covariance(H, cov);
+}
+/// The same with the host's solver.
+inline CovarianceStatus covariance_from_hessian(ConstBlockView<double> H, BlockView<double> cov) {
+  detail::HostCholesky solver;
+  return covariance_from_hessian(H, cov, solver);
+}
 
 }  // namespace fitlib
