@@ -16,7 +16,8 @@ namespace fitlib::detail {
 
 /// A Cholesky factorisation A = L·Lᵀ of a symmetric positive definite matrix, solved against
 /// blocks of right-hand sides and inverted: what a device policy offers as `dense_solver`
-/// (cuSOLVER's potrf, potrs and potri on a GPU). The interface takes raw column-major views only, never Eigen types.
+/// (cuSOLVER's potrf, potrs and potri on a GPU). The interface takes raw column-major views only,
+/// never Eigen types.
 class HostCholesky {
  public:
   /// Factors A (`[n × n]`, the lower triangle is read); false when A is not positive definite
