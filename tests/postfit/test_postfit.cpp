@@ -28,6 +28,24 @@ static_assert(std::same_as<detail::dense_solver_of<SerialLikelihood>::type, deta
 static_assert(std::same_as<detail::dense_solver_of<ThreadedLikelihood>::type, detail::HostCholesky>);
 static_assert(std::same_as<detail::dense_solver_of<Likelihood<Shard<device::HostLayered, storage::Sparse>>>::type, detail::HostCholesky>);
 static_assert(std::same_as<detail::dense_solver_of<ReplicaObjective<SerialLikelihood>>::type, detail::HostCholesky>);
+namespace postfit_solver_check {
+struct Inverting : detail::HostCholesky {};  // a policy's own solver with inverse (as cuda::DeviceCholesky)
+struct Factoring {                            // one without it: the host's is used
+  bool factor(ConstBlockView<double>);
+};
+struct WithInverse {
+  struct policy_type {
+    using dense_solver = Inverting;
+  };
+};
+struct WithoutInverse {
+  struct policy_type {
+    using dense_solver = Factoring;
+  };
+};
+static_assert(std::same_as<detail::dense_solver_of<WithInverse>::type, Inverting>);
+static_assert(std::same_as<detail::dense_solver_of<WithoutInverse>::type, detail::HostCholesky>);
+}  // namespace postfit_solver_check
 
 namespace {
 
