@@ -17,6 +17,8 @@ namespace nnpdf {
 ///   double column(std::span<const double> w, index_t k, std::span<double> g, std::span<const double> v, std::span<double> hv)
 /// (f at weights w with replica inputs k; with g its gradient into g, with v the Gauss–Newton product into hv), with
 /// the replica inputs of each column as `use_replicas` chose them (replica_objective), else the column's own index.
+/// Derived evaluates the network with `states()` (PdfStates: a replica's Hessian-vector products after its gradient
+/// at the same weights, and its validation loss there, find their forward pass made).
 template <class Derived>
 class ColumnObjective {
  public:
@@ -27,18 +29,25 @@ class ColumnObjective {
 
   // objective
   void value(fitlib::ConstBlockView<double> x, std::span<double> f) {
+    states_.keep(2 * static_cast<std::size_t>(x.cols));
     for (fitlib::index_t j = 0; j < x.cols; ++j) f[static_cast<std::size_t>(j)] = self().column(weights(x, j), inputs_of(j), {}, {}, {});
   }
   void value_grad(fitlib::ConstBlockView<double> x, std::span<double> f, fitlib::BlockView<double> g) {
-    for (fitlib::index_t j = 0; j < x.cols; ++j) f[static_cast<std::size_t>(j)] = self().column(weights(x, j), inputs_of(j), weights(g, j), {}, {});
+    states_.keep(2 * static_cast<std::size_t>(x.cols));
+    for (fitlib::index_t j = 0; j < x.cols; ++j)
+      f[static_cast<std::size_t>(j)] = self().column(weights(x, j), inputs_of(j), weights(g, j), {}, {});
   }
   /// Gauss–Newton matrix times v: per column, or every v_k at x's one column.
   void hessp(fitlib::ConstBlockView<double> x, fitlib::ConstBlockView<double> v, fitlib::BlockView<double> hv) {
+    states_.keep(2 * static_cast<std::size_t>(x.cols));
     for (fitlib::index_t k = 0; k < v.cols; ++k) {
       const fitlib::index_t j = x.cols == 1 ? 0 : k;
       self().column(weights(x, j), inputs_of(j), {}, weights(v, k), weights(hv, k));
     }
   }
+
+ protected:
+  PdfStates& states() { return states_; }
 
  private:
   Derived& self() { return static_cast<Derived&>(*this); }
@@ -51,6 +60,7 @@ class ColumnObjective {
   }
 
   std::vector<fitlib::index_t> use_;
+  PdfStates states_;
 };
 
 }  // namespace nnpdf

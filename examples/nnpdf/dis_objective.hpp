@@ -20,6 +20,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <span>
@@ -40,17 +41,27 @@ using fitlib::ConstBlockView;
 using fitlib::index_t;
 
 /// One replica's data term, whitened once: with L·Lᵀ = C[rows, rows], A = L⁻¹·FK[rows, :] and b = L⁻¹·d[rows], so
-/// that ½χ² = ½‖A·xf − b‖². An evaluation is then one matrix-vector product (plus its transpose for derivatives)
-/// instead of an FK product and a triangular solve of ~1300 rows.
+/// that ½χ² = ½‖A·xf − b‖². An evaluation is then one matrix-vector product (plus its transpose for the gradient)
+/// instead of an FK product and a triangular solve of ~1300 rows; a Gauss–Newton product's data term Aᵀ(A·δxf) is
+/// one product with the Gram matrix AᵀA, which is 400 × 400 whatever the rows.
 struct WhitenedData {
   Eigen::MatrixXd fk;    ///< A: [rows × grid·n_evol]
   Eigen::VectorXd data;  ///< b: [rows]
+  Eigen::MatrixXd gram;  ///< AᵀA: [grid·n_evol × grid·n_evol] (empty where no Gauss–Newton product is taken)
+  /// ½‖A·xf − b‖² at the xf of the last gradient taken on this data: the training χ² recorded after an accepted step
+  /// (the point of its gradient) is then not another product with A. Keyed by xf's bits, so it is what that product makes.
+  /// Written by the objective's evaluations: whitened data belongs to one objective (one thread), never shared.
+  struct Memo {
+    Eigen::VectorXd xf;
+    double half_chi2 = 0;
+  };
+  mutable Memo last_gradient;
 };
 
 /// A = L⁻¹·FK[rows, :] and b = L⁻¹·d[rows] for the covariance C (all points), the FK table (all points) and the
-/// values d (all points). Throws when C[rows, rows] is not positive definite.
+/// values d (all points), with AᵀA if `gram`. Throws when C[rows, rows] is not positive definite.
 inline std::shared_ptr<const WhitenedData> whiten(const Eigen::MatrixXd& C, const Eigen::MatrixXd& fk, const std::vector<index_t>& rows,
-                                                  std::span<const double> d) {
+                                                  std::span<const double> d, bool gram) {
   const auto m = static_cast<index_t>(rows.size());
   Eigen::MatrixXd block(m, m);
   auto w = std::make_shared<WhitenedData>();
@@ -66,6 +77,7 @@ inline std::shared_ptr<const WhitenedData> whiten(const Eigen::MatrixXd& C, cons
   if (llt.info() != Eigen::Success) throw std::runtime_error("whiten: a block of the covariance is not positive definite");
   llt.matrixL().solveInPlace(w->fk);
   llt.matrixL().solveInPlace(w->data);
+  if (gram) w->gram.noalias() = w->fk.transpose() * w->fk;
   return w;
 }
 
@@ -105,15 +117,14 @@ class DisObjective : public ColumnObjective<DisObjective> {
   /// replica with weights w and preprocessing pre: what the predictions (FK·xf), the positivity veto and the
   /// integrability penalty are made of.
   Eigen::VectorXd grid_pdf(std::span<const double> w, const Preprocessing& pre) {
-    pdf_.evaluate(w, pre, points_);
-    gather(xf_);
+    gather(states().evaluate(w, pre, points_), xf_);
     return xf_;
   }
   Eigen::VectorXd positivity_observables(std::span<const double> w, const Preprocessing& pre) { return positivity_ * grid_pdf(w, pre); }
   Eigen::VectorXd integrability_observables(std::span<const double> w, const Preprocessing& pre) {
-    pdf_.evaluate(w, pre, points_);
+    const PdfReplica& pdf = states().evaluate(w, pre, points_);
     Eigen::VectorXd y(integrability_.rows());
-    for (index_t j = 0; j < y.size(); ++j) y(j) = integrability(j);
+    for (index_t j = 0; j < y.size(); ++j) y(j) = integrability(pdf, j);
     return y;
   }
   /// The smallest positivity observable (the veto: ≥ −tolerance).
@@ -137,30 +148,41 @@ class DisObjective : public ColumnObjective<DisObjective> {
   /// The integrability point: after the grid nodes and the sum rules' quadrature nodes.
   std::size_t integrability_point() const { return points_.grid + points_.quad; }
 
-  /// The evaluated replica's x·f on the grid nodes into v (index a·n_evol + k).
-  void gather(Eigen::VectorXd& v) const {
+  /// The evaluated replica pdf's x·f on the grid nodes into v (index a·n_evol + k).
+  void gather(const PdfReplica& pdf, Eigen::VectorXd& v) const {
     v.resize(grid_columns());
     for (std::size_t a = 0; a < points_.grid; ++a)
-      for (int k = 0; k < n_evol; ++k) v(static_cast<index_t>(a * n_evol + static_cast<std::size_t>(k))) = pdf_.xf(a, k);
+      for (int k = 0; k < n_evol; ++k) v(static_cast<index_t>(a * n_evol + static_cast<std::size_t>(k))) = pdf.xf(a, k);
   }
-  /// Integrability observable j of the evaluated replica.
-  double integrability(index_t j) const {
+  /// Integrability observable j of the evaluated replica pdf.
+  double integrability(const PdfReplica& pdf, index_t j) const {
     double y = 0;
-    for (int k = 0; k < n_evol; ++k) y += integrability_(j, k) * pdf_.xf(integrability_point(), k);
+    for (int k = 0; k < n_evol; ++k) y += integrability_(j, k) * pdf.xf(integrability_point(), k);
     return y;
   }
 
-  /// f at weights w with replica inputs k; with g, its gradient into g; with v, the Gauss–Newton product into hv.
+  /// f at weights w with replica inputs k, with g, its gradient into g; with v, the Gauss–Newton product into hv
+  /// (and then no value: 0).
   double column(std::span<const double> w, index_t k, std::span<double> g, std::span<const double> v, std::span<double> hv) {
     const DisReplicaInputs& in = inputs(k);
     if (!in.whitened) throw std::logic_error("DisObjective: the inputs of replica index " + std::to_string(k) + " are not set");
     const WhitenedData& W = *in.whitened;
-    pdf_.evaluate(w, in.pre, points_);
-    gather(xf_);
-    // Residuals: the whitened data residuals, the active positivity terms, the integrability terms.
-    r_.noalias() = W.fk * xf_;
-    r_ -= W.data;
-    double f = 0.5 * r_.squaredNorm();
+    const PdfReplica& pdf = states().evaluate(w, in.pre, points_);
+    gather(pdf, xf_);
+    // Residuals: the whitened data residuals (not for a product: the Gram matrix carries them), the active positivity
+    // terms, the integrability terms.
+    double f = 0;
+    if (v.empty()) {
+      const WhitenedData::Memo& m = W.last_gradient;
+      if (g.empty() && m.xf.size() == xf_.size() && std::memcmp(m.xf.data(), xf_.data(), sizeof(double) * static_cast<std::size_t>(xf_.size())) == 0) {
+        f = m.half_chi2;
+      } else {
+        r_.noalias() = W.fk * xf_;
+        r_ -= W.data;
+        f = 0.5 * r_.squaredNorm();
+        if (!g.empty()) W.last_gradient = {xf_, f};
+      }
+    }
     const double s = std::sqrt(in.positivity), li = in.integrability;
     if (s > 0) {
       rp_.noalias() = positivity_ * xf_;
@@ -170,22 +192,22 @@ class DisObjective : public ColumnObjective<DisObjective> {
       f += 0.5 * rp_.squaredNorm();
     }
     ri_.resize(integrability_.rows());
-    for (index_t j = 0; j < ri_.size(); ++j) ri_(j) = li * integrability(j);
+    for (index_t j = 0; j < ri_.size(); ++j) ri_(j) = li * integrability(pdf, j);
     if (li > 0) f += 0.5 * ri_.squaredNorm();
     if (g.empty() && v.empty()) return f;
+    if (!v.empty()) f = 0;
 
     // The vector the reverse pass takes back: the residuals (gradient Jᵀρ) or J·v (Gauss–Newton JᵀJ·v), with the
-    // positivity rows that are inactive (O ≥ μ/λ, ρ = 0) left out of J.
-    const Eigen::VectorXd* dr = &r_;
+    // positivity rows that are inactive (O ≥ μ/λ, ρ = 0) left out of J; the data rows' share of Jᵀ(J·v) is AᵀA·δxf.
     const Eigen::VectorXd* dp = &rp_;
     const Eigen::VectorXd* di = &ri_;
     if (!v.empty()) {
-      pdf_.tangent(v, dxf_rows_);
+      pdf.tangent(v, dxf_rows_);
       dxf_.resize(grid_columns());
       for (std::size_t a = 0; a < points_.grid; ++a)
         for (int c = 0; c < n_evol; ++c) dxf_(static_cast<index_t>(a * n_evol + static_cast<std::size_t>(c))) = dxf_rows_[a][static_cast<std::size_t>(c)];
-      jr_.noalias() = W.fk * dxf_;
-      dr = &jr_;
+      if (W.gram.rows() != dxf_.size()) throw std::logic_error("DisObjective: a Gauss–Newton product on inputs whitened without AᵀA");
+      bar_grid_.noalias() = W.gram * dxf_;
       if (s > 0) {
         jp_.noalias() = positivity_ * dxf_;
         for (index_t i = 0; i < jp_.size(); ++i) jp_(i) = rp_(i) < 0 ? s * jp_(i) : 0.0;
@@ -199,8 +221,9 @@ class DisObjective : public ColumnObjective<DisObjective> {
       }
       di = &ji_;
     }
-    // Back: Aᵀ and the positivity rows onto the grid nodes, the integrability rows onto their point, then the network.
-    bar_grid_.noalias() = W.fk.transpose() * (*dr);
+    // Back: Aᵀ (made above for a product) and the positivity rows onto the grid nodes, the integrability rows onto
+    // their point, then the network.
+    if (v.empty()) bar_grid_.noalias() = W.fk.transpose() * r_;
     if (s > 0) bar_grid_.noalias() += positivity_.transpose() * (s * (*dp));  // ∂ρ_i/∂O_i = √λ where active (dp is 0 elsewhere)
     bar_.assign(points_.size(), PdfReplica::Row{});
     for (std::size_t a = 0; a < points_.grid; ++a)
@@ -208,16 +231,15 @@ class DisObjective : public ColumnObjective<DisObjective> {
     if (li > 0)
       for (index_t j = 0; j < di->size(); ++j)
         for (int c = 0; c < n_evol; ++c) bar_[integrability_point()][static_cast<std::size_t>(c)] += li * (*di)(j) * integrability_(j, c);
-    pdf_.reverse(bar_, v.empty() ? g : hv);
+    pdf.reverse(bar_, v.empty() ? g : hv);
     return f;
   }
 
   Points points_;
   Eigen::MatrixXd positivity_, integrability_;
   std::vector<DisReplicaInputs> inputs_;
-  PdfReplica pdf_;
   // Scratch, reused by every column (its values never carry from one column to the next).
-  Eigen::VectorXd xf_, dxf_, r_, rp_, ri_, jr_, jp_, ji_, bar_grid_;
+  Eigen::VectorXd xf_, dxf_, r_, rp_, ri_, jp_, ji_, bar_grid_;
   std::vector<PdfReplica::Row> dxf_rows_, bar_;
 };
 

@@ -5,10 +5,12 @@
 // adjoints back to the weights (reverse), both through the sum rules' normalisations.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <numbers>
 #include <span>
 #include <vector>
@@ -106,6 +108,7 @@ inline void gauss_legendre(double a, double b, int n, int panels, std::vector<do
 /// positivity points, in that order; with the quadrature weights in ln x.
 struct Points {
   std::vector<double> x;        ///< all points
+  std::vector<double> log_x;    ///< ln x at each point (the network's second input)
   std::size_t grid = 0;         ///< [0, grid): the FK table's nodes
   std::size_t quad = 0;         ///< [grid, grid + quad): quadrature nodes
   std::vector<double> weights;  ///< quadrature weights in t = ln x (∫ f dx = ∫ x·f dt)
@@ -118,6 +121,7 @@ struct Points {
     for (double ti : t) x.push_back(std::exp(ti));
     quad = t.size();
     x.insert(x.end(), positivity_x.begin(), positivity_x.end());
+    for (double xi : x) log_x.push_back(std::log(xi));
   }
   std::size_t size() const { return x.size(); }
 };
@@ -129,17 +133,22 @@ class PdfReplica {
  public:
   using Row = std::array<double, n_evol>;
 
-  /// Evaluates the network with weights `w` and the preprocessing `pre` on every point.
+  /// Evaluates the network with weights `w` and the preprocessing `pre` on every point. A call with the bits of
+  /// the last one's weights, preprocessing and points (the Hessian-vector products of a trust-region step, after
+  /// its gradient at the same weights) keeps the state it made; the preprocessing factors are recomputed only for
+  /// other exponents or points. Either way the state is bitwise what a full evaluation makes.
   void evaluate(std::span<const double> w, const Preprocessing& pre, const Points& pts) {
-    w_ = w;
+    const bool same_inputs = preprocessed(pre, pts);
     pts_ = &pts;
+    if (same_inputs && same_bits(w_, w)) return;
+    w_.assign(w.begin(), w.end());
     const std::size_t np = pts.size();
+    if (!same_inputs) preprocess(pre, pts);
     h1_.resize(np * Network::n1);
     h2_.resize(np * Network::n2);
     out_.resize(np);
-    pre_.resize(np);
     for (std::size_t p = 0; p < np; ++p) {
-      const double u[2] = {pts.x[p], std::log(pts.x[p])};
+      const double u[2] = {pts.x[p], pts.log_x[p]};
       double* h1 = &h1_[p * Network::n1];
       double* h2 = &h2_[p * Network::n2];
       for (int i = 0; i < Network::n1; ++i)
@@ -153,13 +162,14 @@ class PdfReplica {
         double z = w[Network::b3 + k];
         for (int j = 0; j < Network::n2; ++j) z += w[Network::w3 + k * Network::n2 + j] * h2[j];
         out_[p][static_cast<std::size_t>(k)] = z;
-        pre_[p][static_cast<std::size_t>(k)] = std::pow(pts.x[p], 1 - pre.alpha[static_cast<std::size_t>(k)]) *
-                                               std::pow(1 - pts.x[p], pre.beta[static_cast<std::size_t>(k)]);
       }
     }
     integrals(out_, I_);
     norms_ = normalisations(I_);
   }
+
+  /// Whether the state is an evaluation at the bits of w, pre and pts.
+  bool holds(std::span<const double> w, const Preprocessing& pre, const Points& pts) const { return preprocessed(pre, pts) && same_bits(w_, w); }
 
   /// x·f_k at point p.
   double xf(std::size_t p, int k) const { return norms_[static_cast<std::size_t>(k)] * pre_[p][static_cast<std::size_t>(k)] * out_[p][static_cast<std::size_t>(k)]; }
@@ -171,7 +181,7 @@ class PdfReplica {
     const std::size_t np = pts_->size();
     std::vector<Row> dout(np);
     for (std::size_t p = 0; p < np; ++p) {
-      const double u[2] = {pts_->x[p], std::log(pts_->x[p])};
+      const double u[2] = {pts_->x[p], pts_->log_x[p]};
       const double* h1 = &h1_[p * Network::n1];
       const double* h2 = &h2_[p * Network::n2];
       double d1[Network::n1], d2[Network::n2];
@@ -210,7 +220,7 @@ class PdfReplica {
     integrals_adjoint(barI, bout);
     std::fill(g.begin(), g.end(), 0.0);
     for (std::size_t p = 0; p < np; ++p) {
-      const double u[2] = {pts_->x[p], std::log(pts_->x[p])};
+      const double u[2] = {pts_->x[p], pts_->log_x[p]};
       const double* h1 = &h1_[p * Network::n1];
       const double* h2 = &h2_[p * Network::n2];
       double z2[Network::n2] = {}, z1[Network::n1] = {};
@@ -240,6 +250,25 @@ class PdfReplica {
   }
 
  private:
+  template <class A, class B>
+  static bool same_bits(const A& a, const B& b) {
+    return std::size(a) == std::size(b) && std::memcmp(std::data(a), std::data(b), std::size(a) * sizeof(double)) == 0;
+  }
+  bool preprocessed(const Preprocessing& pre, const Points& pts) const {
+    return same_bits(pre_key_.alpha, pre.alpha) && same_bits(pre_key_.beta, pre.beta) && same_bits(x_key_, pts.x) &&
+           grid_key_ == pts.grid && quad_key_ == pts.quad;
+  }
+  /// The preprocessing factors x^{1−α_k}(1−x)^{β_k} at every point, and the key they were made from.
+  void preprocess(const Preprocessing& pre, const Points& pts) {
+    pre_key_ = pre;
+    x_key_ = pts.x;
+    grid_key_ = pts.grid;
+    quad_key_ = pts.quad;
+    pre_.resize(pts.size());
+    for (std::size_t p = 0; p < pts.size(); ++p)
+      for (std::size_t k = 0; k < n_evol; ++k) pre_[p][k] = std::pow(pts.x[p], 1 - pre.alpha[k]) * std::pow(1 - pts.x[p], pre.beta[k]);
+  }
+
   // The sum rules' integrals (nnpdf-example.md §3 row 15), by quadrature in t = ln x on [1e-9, 1]:
   // I[V], I[V3], I[V8] = ∫ f dx of the preprocessed outputs, I[Sigma], I[Gluon] = ∫ x·f dx.
   void integrals(const std::vector<Row>& o, Row& I) const {
@@ -288,11 +317,48 @@ class PdfReplica {
     return barI;
   }
 
-  std::span<const double> w_;
+  std::vector<double> w_;  ///< the weights of the state (a copy: the caller's may change)
   const Points* pts_ = nullptr;
+  Preprocessing pre_key_;      ///< the exponents pre_ was made from
+  std::vector<double> x_key_;  ///< the points pre_ was made from (empty: none yet), and how they divide
+  std::size_t grid_key_ = 0, quad_key_ = 0;
   std::vector<double> h1_, h2_;
   std::vector<Row> out_, pre_;
   Row I_{}, norms_{};
+};
+
+/// The network states of the last evaluations, found by the bits of their inputs: a replica's Hessian-vector products
+/// after its gradient at the same weights, and its validation loss there, find their forward pass made, wherever a
+/// batch puts its columns. Each state is bitwise what a fresh evaluation makes.
+class PdfStates {
+ public:
+  /// Keeps at least n states (the columns of a block and their trial points).
+  void keep(std::size_t n) { capacity_ = std::max(capacity_, n); }
+
+  /// A state at (w, pre, pts): the one that holds those bits, else a new one or the least recently used, evaluated.
+  PdfReplica& evaluate(std::span<const double> w, const Preprocessing& pre, const Points& pts) {
+    ++clock_;
+    for (Entry& e : entries_)
+      if (e.pdf.holds(w, pre, pts)) {
+        e.used = clock_;
+        e.pdf.evaluate(w, pre, pts);  // keeps the state, and points it at pts (the one it was made on may be gone)
+        return e.pdf;
+      }
+    if (entries_.size() < capacity_) entries_.emplace_back();
+    Entry& e = *std::min_element(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    e.used = clock_;
+    e.pdf.evaluate(w, pre, pts);
+    return e.pdf;
+  }
+
+ private:
+  struct Entry {
+    PdfReplica pdf;
+    std::uint64_t used = 0;  ///< the clock of its last use
+  };
+  std::vector<Entry> entries_;
+  std::size_t capacity_ = 2;
+  std::uint64_t clock_ = 0;
 };
 
 }  // namespace nnpdf

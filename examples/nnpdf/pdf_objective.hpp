@@ -64,20 +64,18 @@ class PdfObjective : public ColumnObjective<PdfObjective> {
 
   /// The predictions FK·xf at every point for weights w with preprocessing pre.
   std::vector<double> predictions(std::span<const double> w, const Preprocessing& pre) {
-    pdf_.evaluate(w, pre, points_);
+    const PdfReplica& pdf = states().evaluate(w, pre, points_);
     std::vector<double> t(npoints_);
-    for (std::size_t i = 0; i < npoints_; ++i) t[i] = prediction(i);
+    for (std::size_t i = 0; i < npoints_; ++i) t[i] = prediction(pdf, i);
     return t;
   }
-  /// The replica's x·f on every point (after `predictions` or an evaluation).
-  const PdfReplica& pdf() const { return pdf_; }
 
   /// The smallest positivity observable at weights w of replica k (the veto: ≥ −tolerance).
   double least_positivity(index_t k, std::span<const double> w) {
-    pdf_.evaluate(w, replica(k).pre, points_);
+    const PdfReplica& pdf = states().evaluate(w, replica(k).pre, points_);
     double least = std::numeric_limits<double>::infinity();
     for (std::size_t p = positivity_begin(); p < points_.size(); ++p)
-      for (int o = 0; o < n_positivity; ++o) least = std::min(least, positivity_observable(p, o));
+      for (int o = 0; o < n_positivity; ++o) least = std::min(least, positivity_observable(pdf, p, o));
     return least;
   }
 
@@ -86,11 +84,11 @@ class PdfObjective : public ColumnObjective<PdfObjective> {
   std::size_t positivity_begin() const { return points_.grid + points_.quad; }
   std::size_t grid_columns() const { return points_.grid * n_evol; }
 
-  double prediction(std::size_t i) const {
+  double prediction(const PdfReplica& pdf, std::size_t i) const {
     const double* row = &fk_[i * grid_columns()];
     double t = 0;
     for (std::size_t a = 0; a < points_.grid; ++a)
-      for (int k = 0; k < n_evol; ++k) t += row[a * n_evol + static_cast<std::size_t>(k)] * pdf_.xf(a, k);
+      for (int k = 0; k < n_evol; ++k) t += row[a * n_evol + static_cast<std::size_t>(k)] * pdf.xf(a, k);
     return t;
   }
 
@@ -102,26 +100,26 @@ class PdfObjective : public ColumnObjective<PdfObjective> {
     }();
     return rows;
   }
-  double positivity_observable(std::size_t p, int o) const {
+  double positivity_observable(const PdfReplica& pdf, std::size_t p, int o) const {
     double q = 0;
-    for (int k = 0; k < n_evol; ++k) q += positivity_rows()[static_cast<std::size_t>(o)][static_cast<std::size_t>(k)] * pdf_.xf(p, k);
+    for (int k = 0; k < n_evol; ++k) q += positivity_rows()[static_cast<std::size_t>(o)][static_cast<std::size_t>(k)] * pdf.xf(p, k);
     return q;
   }
 
-  /// f at weights w with replica inputs k; with g, its gradient into g; with v, the Gauss–Newton
-  /// product into hv.
+  /// f at weights w with replica inputs k, with g, its gradient into g; with v, the
+  /// Gauss–Newton product into hv.
   double column(std::span<const double> w, index_t k, std::span<double> g, std::span<const double> v, std::span<double> hv) {
     const ReplicaData& in = replica(k);
-    pdf_.evaluate(w, in.pre, points_);
+    const PdfReplica& pdf = states().evaluate(w, in.pre, points_);
     const auto nr = static_cast<index_t>(in.rows.size());
     // Residuals: whitened data residuals, then the active positivity terms.
     Eigen::VectorXd e(nr);
-    for (index_t i = 0; i < nr; ++i) e(i) = prediction(static_cast<std::size_t>(in.rows[static_cast<std::size_t>(i)])) - in.data[static_cast<std::size_t>(i)];
+    for (index_t i = 0; i < nr; ++i) e(i) = prediction(pdf, static_cast<std::size_t>(in.rows[static_cast<std::size_t>(i)])) - in.data[static_cast<std::size_t>(i)];
     const Eigen::VectorXd r = in.factor.triangularView<Eigen::Lower>().solve(e);
     const double s = std::sqrt(in.positivity);
     std::vector<double> rp;
     for (std::size_t p = positivity_begin(); p < points_.size(); ++p)
-      for (int o = 0; o < n_positivity; ++o) rp.push_back(s * std::min(0.0, positivity_observable(p, o)));
+      for (int o = 0; o < n_positivity; ++o) rp.push_back(s * std::min(0.0, positivity_observable(pdf, p, o)));
     double f = 0.5 * r.squaredNorm();
     for (double q : rp) f += 0.5 * q * q;
     if (g.empty() && v.empty()) return f;
@@ -131,7 +129,7 @@ class PdfObjective : public ColumnObjective<PdfObjective> {
     std::vector<double> dp = rp;
     if (!v.empty()) {
       std::vector<PdfReplica::Row> dxf;
-      pdf_.tangent(v, dxf);
+      pdf.tangent(v, dxf);
       Eigen::VectorXd dt(nr);
       for (index_t i = 0; i < nr; ++i) {
         const double* row = &fk_[static_cast<std::size_t>(in.rows[static_cast<std::size_t>(i)]) * grid_columns()];
@@ -162,7 +160,7 @@ class PdfObjective : public ColumnObjective<PdfObjective> {
       for (int o = 0; o < n_positivity; ++o, ++at)
         if (rp[at] < 0)
           for (int c = 0; c < n_evol; ++c) bar[p][static_cast<std::size_t>(c)] += s * dp[at] * positivity_rows()[static_cast<std::size_t>(o)][static_cast<std::size_t>(c)];
-    pdf_.reverse(bar, v.empty() ? g : hv);
+    pdf.reverse(bar, v.empty() ? g : hv);
     return f;
   }
 
@@ -170,7 +168,6 @@ class PdfObjective : public ColumnObjective<PdfObjective> {
   std::size_t npoints_;
   Points points_;
   std::vector<ReplicaData> replicas_;
-  PdfReplica pdf_;
 };
 
 }  // namespace nnpdf
