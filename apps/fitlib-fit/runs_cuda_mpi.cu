@@ -15,15 +15,10 @@ namespace fitlib::cli {
 
 namespace {
 
-/// The PCI bus ids of CUDA devices `ids`: a device's identity across processes with different views of the node
-/// (cudaDeviceGetPCIBusId creates no context).
+/// The PCI bus ids of CUDA devices `ids` (cuda::bus_id).
 std::vector<std::string> bus_ids(const std::vector<int>& ids) {
   std::vector<std::string> out;
-  for (int d : ids) {
-    char bus[32] = {};
-    cuda::check(cudaDeviceGetPCIBusId(bus, static_cast<int>(sizeof bus), d), "cudaDeviceGetPCIBusId", d);
-    out.emplace_back(bus);
-  }
+  for (int d : ids) out.push_back(cuda::bus_id(d));
   return out;
 }
 

@@ -122,6 +122,14 @@ class Nvml {
 };
 }  // namespace detail
 
+/// The PCI bus id of CUDA device d ("0000:3B:00.0"): its identity for NVML and across processes with different views
+/// of the node (cudaDeviceGetPCIBusId creates no context). Shorter than 32 bytes.
+inline std::string bus_id(int d) {
+  char bus[32] = {};
+  check(cudaDeviceGetPCIBusId(bus, static_cast<int>(sizeof bus), d), "cudaDeviceGetPCIBusId", d);
+  return bus;
+}
+
 /// Every device this process sees with its memory in use, from NVML (matched to the CUDA runtime's
 /// indices by PCI bus id, so CUDA_VISIBLE_DEVICES and CUDA's device order are respected).
 inline std::vector<DeviceMemory> device_memory() {
@@ -130,9 +138,7 @@ inline std::vector<DeviceMemory> device_memory() {
   if (n == 0) return out;
   const detail::Nvml nvml;
   for (int d = 0; d < n; ++d) {
-    char bus[32] = {};
-    check(cudaDeviceGetPCIBusId(bus, static_cast<int>(sizeof bus), d), "cudaDeviceGetPCIBusId", d);
-    const detail::Nvml::Memory m = nvml.memory(bus);
+    const detail::Nvml::Memory m = nvml.memory(bus_id(d));
     out.push_back({d, m.total, m.used});
   }
   return out;
