@@ -381,10 +381,12 @@ Fits run_fits(Lik& lik, const TrustRegion<Sub>& tr, const Args& a, const io::Rab
   return fits;
 }
 
-/// run_fits with the minimizer --minimizerMethod names.
-template <class Lik>
-Fits run_with_method(Lik& lik, const Args& a, const io::RabbitTensor& in) {
-  return with_minimizer(a.method, minimizer_options(a), [&](const auto& tr) { return run_fits(lik, tr, a, in); });
+/// run_fits with the minimizer --minimizerMethod names (trust-exact's on the policy's device where it has one:
+/// exact_subproblem_for).
+template <class Lik, class Policy>
+Fits run_with_method(Lik& lik, const Policy& policy, const Args& a, const io::RabbitTensor& in) {
+  return with_minimizer(
+      a.method, minimizer_options(a), [&](ExactOptions o) { return exact_subproblem_for(policy, o); }, [&](const auto& tr) { return run_fits(lik, tr, a, in); });
 }
 
 
@@ -410,7 +412,7 @@ Fits run_on(const Policy& policy, const Args& a, std::shared_ptr<const Model> mo
   if (a.save_hists) require_histograms(lik);
   for (const auto& words : a.mappings) (void)parse_mapping(lik.model(), words);
   (void)frozen_mask(lik.parameter_names(), a.freeze);
-  return run_with_method(lik, a, in);
+  return run_with_method(lik, policy, a, in);
 }
 
 #ifdef FITLIB_FIT_CUDA

@@ -15,7 +15,9 @@
 //   its two GEMMs reach, and toy fits per second as one replica batch against cpu::Threads' batches;
 // - fit: a whole fit (trust-krylov, covariance included) of the largest model against cpu::Threads;
 // - covariance: the postfit covariance's factor and inverse of n = 2000 and 6000 (--quick: 1000) on the device
-//   (DeviceCholesky) against the host's HostCholesky.
+//   (DeviceCholesky) against the host's HostCholesky;
+// - exact: a Cholesky factorisation of n = 2000 and 6000 (--quick: 1000) for Exact on the device against the host's,
+//   as factorisations per second, and a subproblem solve (indefinite, on the boundary) by cuda::Exact against Exact.
 // Exit code 77 where there is no CUDA device.
 #include <cuda_runtime.h>
 
@@ -343,7 +345,60 @@ int run(bool quick, Json& out) {
     inverses += b;
   }
   out.add("covariance_inverse", inverses + "]");
-  out.str("exact_on_device", "not measured: Exact's Moré–Sorensen factorisations run on the host");
+  out.write();
+
+  // Exact's dense algebra: one Cholesky factorisation of H + λI where H already lies there, on the device
+  // (device::LayerFactorization over cuda::Layer: cuSOLVER's potrf) against the host's (Eigen's blocked LLT,
+  // detail::exact::HostFactorization), as factorisations per second; and a whole subproblem solve at one iterate (H
+  // down once, the Moré–Sorensen λ trials, the step back) by cuda::Exact against Exact, indefinite H with the step on
+  // the boundary, so that it takes several trials (their counts reported).
+  std::string exacts = "[";
+  for (index_t N : quick ? std::vector<index_t>{1000} : std::vector<index_t>{2000, 6000}) {
+    std::vector<double> H(static_cast<std::size_t>(N * N)), g(static_cast<std::size_t>(N)), pd(g.size()), ph(g.size());
+    for (index_t c = 0; c < N; ++c) {
+      g[static_cast<std::size_t>(c)] = std::sin(0.3 * static_cast<double>(c) + 0.2);
+      for (index_t r = 0; r < N; ++r)
+        H[static_cast<std::size_t>(r + c * N)] = (r == c ? -1.0 + 4.0 * static_cast<double>(r) / static_cast<double>(N) : 0.0) + 0.01 * std::cos(0.1 * static_cast<double>(r * c + 1));
+    }
+    const ConstBlockView<double> Hv(H.data(), N, N);
+    const double lambda = 2.0;  // H + 2I is positive definite: every factorisation runs to the end
+    device::LayerFactorization<cuda::Layer> dev_factor(cuda::ShardResource{0});
+    detail::exact::HostFactorization host_factor;
+    dev_factor.reset(N, false);
+    host_factor.reset(N, false);
+    dev_factor.set_matrix(Hv);
+    host_factor.set_matrix(Hv);
+    index_t info_d = -1, info_h = -1;
+    const double tfd = best_of(3, [&] { info_d = dev_factor.factor(lambda); });  // returns once potrf's info is back
+    const double tfh = seconds([&] { info_h = host_factor.factor(lambda); });
+    const double radius = 1.0;
+    const auto no_hvp = [](const double*, double*) {};
+    cuda::Exact dev = cuda::exact_on(0);
+    Exact host;
+    dev.reset(N);
+    host.reset(N);
+    SubproblemStep sd, sh;
+    const double td = best_of(3, [&] {
+      dev.new_iterate(g, Hv);
+      sd = dev.solve(radius, no_hvp, pd);
+    });
+    const double th = seconds([&] {
+      host.new_iterate(g, Hv);
+      sh = host.solve(radius, no_hvp, ph);
+    });
+    const auto fd = dev.cholesky_attempts().size(), fh = host.cholesky_attempts().size();
+    std::printf("Exact, n = %td: a factorisation on the device %.2f ms, on the host %.1f ms (%.1fx; info %td, %td); a subproblem solve on the "
+                "device %.1f ms (%zu factorisations), on the host %.1f ms (%zu): %.1fx; models %.6g and %.6g\n",
+                N, tfd * 1e3, tfh * 1e3, tfh / tfd, info_d, info_h, td * 1e3, fd, th * 1e3, fh, th / td, sd.model, sh.model);
+    char b[512];
+    std::snprintf(b, sizeof b,
+                  "%s{\"n\": %td, \"factor_device_ms\": %.6g, \"factor_host_ms\": %.6g, \"factorisations_per_s_ratio\": %.4g, "
+                  "\"solve_device_ms\": %.6g, \"solve_device_factorisations\": %zu, \"solve_host_ms\": %.6g, \"solve_host_factorisations\": %zu, "
+                  "\"solve_ratio\": %.4g, \"device_model\": %.8g, \"host_model\": %.8g}",
+                  exacts.size() > 1 ? ", " : "", N, tfd * 1e3, tfh * 1e3, tfh / tfd, td * 1e3, fd, th * 1e3, fh, th / td, sd.model, sh.model);
+    exacts += b;
+  }
+  out.add("exact_subproblem", exacts + "]");
   out.write();
   return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "fitlib/fit.hpp"
 #include "fitlib/cuda/devices.cuh"
+#include "fitlib/cuda/exact.cuh"
 #include "fitlib/cuda/layer.cuh"
 #include "fitlib/cuda/runtime.cuh"
 #include "fitlib/cuda/selection.hpp"

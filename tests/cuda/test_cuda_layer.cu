@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// cuda::Layer against device::HostLayer, primitive by primitive (copies, zeros, GEMMs, launches), the dense
-// solver against HostCholesky (the covariance term's solve and the postfit covariance), and the CUDA policy's own bookkeeping on a real device: streams per shard, the
+// cuda::Layer against device::HostLayer, primitive by primitive (copies, zeros, GEMMs, launches, potrf and the level-2
+// routines), cuda::Exact against the same algorithm on the host, the dense solver against HostCholesky (the covariance term's solve and the postfit covariance), and the CUDA policy's own bookkeeping on a real device: streams per shard, the
 // memory check before upload.
 #include <catch2/catch.hpp>
 
@@ -193,4 +193,126 @@ TEST_CASE("cuda: the postfit covariance of 256 parameters or more is inverted on
     largest = std::max(largest, std::abs(b.covariance[k]));
   }
   CHECK(worst <= 1e-8 * largest);  // the fits' minima agree to their stopping tolerance, not to rounding
+}
+
+TEST_CASE("cuda::Layer: potrf, triangular solves and products equal the host layer's to rounding", "[cuda]") {
+  cuda::Layer dev(cuda::ShardResource{0});
+  const device::HostLayer host;
+  const index_t n = 300;
+  std::vector<double> a(static_cast<std::size_t>(n * n));
+  const std::vector<double> r = ramp(a.size(), 1.0);
+  for (index_t j = 0; j < n; ++j)  // symmetric, diagonally dominant: positive definite
+    for (index_t i = 0; i < n; ++i) a[static_cast<std::size_t>(i + j * n)] = i == j ? 2.0 * n : 0.5 * (r[static_cast<std::size_t>(i + j * n)] + r[static_cast<std::size_t>(j + i * n)]);
+  cuda::Buffer<double> da, dx, dy;
+  dev.upload(std::span<const double>(a), da);
+  std::vector<double> ua = a;
+  REQUIRE(host.potrf(n, ua.data(), n) == 0);
+  REQUIRE(dev.potrf(n, da.data(), n) == 0);
+  std::vector<double> ud(a.size());
+  dev.download(da, std::span(ud));
+  double worst = 0, largest = 0;
+  for (index_t j = 0; j < n; ++j)
+    for (index_t i = 0; i <= j; ++i) {
+      worst = std::max(worst, std::abs(ud[static_cast<std::size_t>(i + j * n)] - ua[static_cast<std::size_t>(i + j * n)]));
+      largest = std::max(largest, std::abs(ua[static_cast<std::size_t>(i + j * n)]));
+    }
+  CHECK(worst <= 1e-13 * largest);
+  const std::vector<double> x = ramp(static_cast<std::size_t>(n), 3.0);
+  for (int op = 0; op < 4; ++op) {
+    INFO("op " << op);
+    std::vector<double> h = x, d(x.size());
+    dev.upload(std::span<const double>(x), dx);
+    if (op < 2) {
+      host.trsv(op == 1, n, ua.data(), n, h.data());
+      dev.trsv(op == 1, n, da.data(), n, dx.data());
+    } else if (op == 2) {
+      host.trmv(n, ua.data(), n, h.data());
+      dev.trmv(n, da.data(), n, dx.data());
+    } else {
+      dev.upload(std::span<const double>(a), da);
+      host.gemv(n, a.data(), n, x.data(), h.data());
+      dev.resize(dy, n);
+      dev.gemv(n, da.data(), n, dx.data(), dy.data());
+      dev.fence();
+      std::swap(dx, dy);
+    }
+    dev.download(dx, std::span(d));
+    double w = 0, l = 0;
+    for (std::size_t i = 0; i < h.size(); ++i) w = std::max(w, std::abs(h[i] - d[i])), l = std::max(l, std::abs(h[i]));
+    CHECK(w <= 1e-12 * l);
+    CHECK(dev.dot(n, dx.data(), dx.data()) == Approx(host.dot(n, h.data(), h.data())).epsilon(1e-12));
+  }
+  // A matrix that is not positive definite: the first failing column, as LAPACK's info.
+  std::vector<double> bad = a;
+  bad[static_cast<std::size_t>(41 + 41 * n)] = -1.0;
+  std::vector<double> hb = bad;
+  dev.upload(std::span<const double>(bad), da);
+  CHECK(dev.potrf(n, da.data(), n) == host.potrf(n, hb.data(), n));
+  CHECK(host.potrf(n, bad.data(), n) == 42);
+}
+
+TEST_CASE("cuda::Exact: the subproblem on the device, against the same algorithm over the host layer", "[cuda]") {
+  // Indefinite, positive definite and the hard case, at radii that put the step inside and on the boundary. The device
+  // rounds otherwise (blocked potrf, cuBLAS), so steps agree to the stopping rules' slack, interior ones to rounding.
+  const index_t n = 400;
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<double> h(static_cast<std::size_t>(n * n)), g = ramp(static_cast<std::size_t>(n), 1.0);
+    const std::vector<double> r = ramp(h.size(), 0.01);
+    for (index_t j = 0; j < n; ++j)
+      for (index_t i = 0; i < n; ++i)
+        h[static_cast<std::size_t>(i + j * n)] =
+            i == j ? (kind == 0 ? 1.0 + 0.01 * i : -1.0 + 0.01 * i) : 0.5 * (r[static_cast<std::size_t>(i + j * n)] + r[static_cast<std::size_t>(j + i * n)]);
+    if (kind == 2) {  // g ⟂ the eigenvector of the smallest eigenvalue
+      const Eigen::Map<const Eigen::MatrixXd> H(h.data(), n, n);
+      const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(H);
+      Eigen::Map<Eigen::VectorXd> gv(g.data(), n);
+      gv -= eig.eigenvectors().col(0) * eig.eigenvectors().col(0).dot(gv);
+    }
+    cuda::Exact dev = cuda::exact_on(0);
+    BasicExact<device::LayerFactorization<device::HostLayer>> host;
+    dev.reset(n);
+    host.reset(n);
+    dev.new_iterate(g, ConstBlockView<double>(h.data(), n, n));
+    host.new_iterate(g, ConstBlockView<double>(h.data(), n, n));
+    for (const double radius : {1e3, 3.0, 0.3}) {
+      INFO("kind " << kind << ", radius " << radius);
+      std::vector<double> pd(static_cast<std::size_t>(n)), ph(pd.size());
+      const auto no_hvp = [](const double*, double*) {};
+      const SubproblemStep sd = dev.solve(radius, no_hvp, pd), sh = host.solve(radius, no_hvp, ph);
+      REQUIRE_FALSE(sd.failed);
+      CHECK(sd.hits_boundary == sh.hits_boundary);
+      CHECK(sd.model <= 0.75 * sh.model);
+      CHECK(sh.model <= 0.75 * sd.model);
+      if (!sh.hits_boundary) {
+        double w = 0, l = 0;
+        for (std::size_t i = 0; i < ph.size(); ++i) w = std::max(w, std::abs(pd[i] - ph[i])), l = std::max(l, std::abs(ph[i]));
+        CHECK(w <= 1e-10 * l);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda::Exact: fits of a CUDA likelihood reach the host Exact's minimum, ∇²f and the Gauss–Newton matrix", "[cuda]") {
+  // Symmetric variations: with 40 asymmetric ones this random model has several local minima, and two minimizers may
+  // stop in different ones.
+  const Model m = test::random_model({.bins = 200, .masked_bins = 8, .procs = 3, .nsyst = 40, .asymmetric = false, .seed = 43});
+  Likelihood<Shard<cuda::Devices, storage::Dense>> gpu(m, cuda::Devices{{0, 0}});
+  SerialLikelihood host(m);
+  for (const Curvature c : {Curvature::exact, Curvature::gauss_newton}) {
+    INFO("curvature " << static_cast<int>(c));
+    const TrustRegionOptions o{.curvature = c};
+    const TrustRegion<cuda::Exact> on_device(o, cuda::Devices{{0}}.exact_subproblem());
+    const FitResult a = fit(gpu, on_device), b = fit(host, TrustRegion<Exact>(o));
+    CHECK(a.status == b.status);
+    CHECK(a.nll == Approx(b.nll).epsilon(1e-12));
+    // The λ iterations differ (inverse iteration, the device's rounding), so the fits may stop an iteration apart: each
+    // stop lies within √(2·EDM) standard deviations of the minimum.
+    REQUIRE(std::isfinite(a.edm));
+    REQUIRE(std::isfinite(b.edm));
+    const double apart = 2 * (std::sqrt(2 * a.edm) + std::sqrt(2 * b.edm)) + 1e-9;
+    for (std::size_t i = 0; i < a.x.size(); ++i) CHECK(a.x[i] == Approx(b.x[i]).margin(apart * std::max(1.0, b.uncertainties[i])));
+    // Run after run, bitwise (cuBLAS without atomics, one handle per layer).
+    const FitResult again = fit(gpu, on_device);
+    CHECK(test::same_bits(again.x, a.x));
+  }
 }

@@ -11,6 +11,7 @@
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/core/types.hpp"
+#include "fitlib/cuda/exact.cuh"
 #include "fitlib/cuda/layer.cuh"
 #include "fitlib/cuda/runtime.cuh"
 #include "fitlib/cuda/selection.hpp"
@@ -56,6 +57,8 @@ class Devices {
   }
   /// One host thread per shard, which drives that shard's device and stream.
   cpu::PoolExecutor executor(index_t k) const { return cpu::PoolExecutor(k); }
+  /// trust-exact's subproblem with H on the first listed device (exact_subproblem_for: fitlib-fit's --device cuda).
+  Exact exact_subproblem(ExactOptions options = {}) const { return exact_on(ids_.front(), options); }
 
  private:
   std::vector<int> ids_;

@@ -4,7 +4,10 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cusolverDn.h>
 
+#include <algorithm>
+#include <climits>
 #include <span>
 #include <string>
 #include <utility>
@@ -21,6 +24,7 @@ namespace fitlib::cuda {
 /// overlap their work.
 struct ShardResource {
   int device = 0;
+  bool operator==(const ShardResource&) const = default;
 };
 
 namespace detail {
@@ -49,6 +53,9 @@ class Layer {
       : device_(r.device), stream_(make_stream(device_)), blas_(device_, cublasCreate, "cublasCreate") {
     check(cublasSetStream(blas_.get(), stream_.get()), "cublasSetStream", device_);
   }
+  using resource_type = ShardResource;
+  /// The calling thread's current device (cuda::Exact's default).
+  static ShardResource current_resource() { return {current_device()}; }
 
   cudaStream_t stream() const { return stream_.get(); }
 
@@ -127,12 +134,71 @@ class Layer {
     check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize", device_);
   }
 
+  // device::dense_layer: cuSOLVER's potrf, cuBLAS's level-2 routines and dot (device/host_layer.hpp). cuBLAS's
+  // pointer mode is the host's, so a dot waits for its result; potrf's info is read back. cuBLAS's atomics stay
+  // off (its default), so each result is the same run after run.
+
+  /// a's upper triangle ← U with A = UᵀU; LAPACK's info.
+  index_t potrf(index_t n, double* a, index_t ld) {
+    if (n == 0) return 0;
+    if (n > INT_MAX || ld > INT_MAX)
+      throw usage_error("cuda::Layer::potrf: cuSOLVER's potrf takes at most 2³¹ − 1 rows and leading dimension, got " + std::to_string(n) + " and " +
+                        std::to_string(ld));
+    use_device(device_);
+    if (!solver_) {
+      solver_ = Owned<cusolverDnHandle_t, cusolverDnDestroy>(device_, cusolverDnCreate, "cusolverDnCreate");
+      check(cusolverDnSetStream(solver_.get(), stream_.get()), "cusolverDnSetStream", device_);
+    }
+    const int ni = static_cast<int>(n), ldi = static_cast<int>(ld);
+    int lwork = 0;
+    check(cusolverDnDpotrf_bufferSize(solver_.get(), CUBLAS_FILL_MODE_UPPER, ni, a, ldi, &lwork), "cusolverDnDpotrf_bufferSize", device_);
+    if (work_.size() < static_cast<std::size_t>(std::max(lwork, 1))) work_.resize(static_cast<std::size_t>(std::max(lwork, 1)), device_);
+    info_.resize(1, device_);
+    check(cusolverDnDpotrf(solver_.get(), CUBLAS_FILL_MODE_UPPER, ni, a, ldi, work_.data(), lwork, info_.data()), "cusolverDnDpotrf", device_);
+    int info = 0;
+    check(cudaMemcpyAsync(&info, info_.data(), sizeof(int), cudaMemcpyDeviceToHost, stream_.get()), "cudaMemcpyAsync (potrf's info)", device_);
+    check(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (potrf)", device_);
+    if (info < 0) throw device_error("cusolverDnDpotrf reported info " + std::to_string(info) + " on CUDA device " + std::to_string(device_));
+    return info;
+  }
+  /// x ← U⁻ᵀx (transposed) or U⁻¹x.
+  void trsv(bool transposed, index_t n, const double* u, index_t ld, double* x) {
+    if (n == 0) return;
+    use_device(device_);
+    check(cublasDtrsv_64(blas_.get(), CUBLAS_FILL_MODE_UPPER, transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, u, ld, x, 1),
+          "cublasDtrsv_64", device_);
+  }
+  /// x ← Ux.
+  void trmv(index_t n, const double* u, index_t ld, double* x) {
+    if (n == 0) return;
+    use_device(device_);
+    check(cublasDtrmv_64(blas_.get(), CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, u, ld, x, 1), "cublasDtrmv_64", device_);
+  }
+  /// y = A·x.
+  void gemv(index_t n, const double* a, index_t ld, const double* x, double* y) {
+    if (n == 0) return;
+    use_device(device_);
+    const double one = 1.0, zero = 0.0;
+    check(cublasDgemv_64(blas_.get(), CUBLAS_OP_N, n, n, &one, a, ld, x, 1, &zero, y, 1), "cublasDgemv_64", device_);
+  }
+  /// xᵀy, on the host when it returns.
+  double dot(index_t n, const double* x, const double* y) {
+    if (n == 0) return 0;
+    use_device(device_);
+    double r = 0;
+    check(cublasDdot_64(blas_.get(), n, x, 1, y, 1, &r), "cublasDdot_64", device_);
+    return r;
+  }
+
  private:
   int device_ = 0;
-  Stream stream_;  // (declared before the handle bound to it, so destroyed after it)
+  Stream stream_;  // (declared before the handles bound to it, so destroyed after them)
   Owned<cublasHandle_t, cublasDestroy> blas_;
+  Owned<cusolverDnHandle_t, cusolverDnDestroy> solver_;  // made at the first potrf
+  Buffer<double> work_;
+  Buffer<int> info_;
 };
 
-static_assert(device::device_layer<Layer>);
+static_assert(device::dense_layer<Layer>);
 
 }  // namespace fitlib::cuda

@@ -42,6 +42,13 @@ inline void check(cusolverStatus_t s, const char* call, int device) {
 /// the fit does not use.
 inline void use_device(int device) { check(cudaSetDevice(device), "cudaSetDevice", device); }
 
+/// The calling thread's current device.
+inline int current_device() {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice", -1);
+  return device;
+}
+
 /// The number of devices this process sees; 0 where there is none or no driver (the toolkit's stub
 /// libcuda included), never an exception for those.
 inline int device_count() {

@@ -117,7 +117,7 @@ class DeviceCholesky {
       use_device(device_);
       return;
     }
-    check(cudaGetDevice(&device_), "cudaGetDevice", -1);
+    device_ = current_device();
     stream_ = make_stream(device_);
     solver_ = Owned<cusolverDnHandle_t, cusolverDnDestroy>(device_, cusolverDnCreate, "cusolverDnCreate");
     check(cusolverDnSetStream(solver_.get(), stream_.get()), "cusolverDnSetStream", device_);

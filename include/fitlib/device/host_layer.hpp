@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <span>
 #include <string>
@@ -45,11 +46,37 @@ concept device_layer = requires(L& l, typename L::template buffer<double>& b, st
   l.fence();
 };
 
+/// What device::LayerFactorization (Exact's dense side on a device) needs of a layer beyond a device_layer's: its
+/// `resource_type` (a device; equality-comparable), the calling thread's current one (`current_resource()`), a layer
+/// made from one, and dense algebra on its arrays
+/// (column-major, leading dimension ld, U upper triangular in the upper triangle), scalar answers returned to the host:
+/// - `potrf(n, a, ld)`: a's upper triangle ← U with A = UᵀU (the lower triangle is not read); LAPACK's info (0, or
+///   the 1-based column of the first non-positive pivot; a is unspecified then);
+/// - `trsv(transposed, n, u, ld, x)`: x ← U⁻ᵀx (transposed) or U⁻¹x; `trmv(n, u, ld, x)`: x ← Ux;
+/// - `gemv(n, a, ld, x, y)`: y = A·x (all of A); `dot(n, x, y)`: xᵀy.
+template <class L>
+concept dense_layer = device_layer<L> && requires(L& l, typename L::resource_type r, double* x, const double* a, index_t n, bool t) {
+  { L::current_resource() } -> std::same_as<typename L::resource_type>;
+  L(r);
+  { r == r } -> std::convertible_to<bool>;
+  { l.potrf(n, x, n) } -> std::convertible_to<index_t>;
+  l.trsv(t, n, a, n, x);
+  l.trmv(n, a, n, x);
+  l.gemv(n, a, n, a, x);
+  { l.dot(n, a, a) } -> std::convertible_to<double>;
+};
+
 /// The device layer on the host: buffers are std::vector, GEMMs are Eigen's, a launch is a loop.
 /// Not a fast path (the host shard's fused pass streams the templates once; this one three
 /// times): the reference that a device backend's shard shape is tested with, on any machine.
 class HostLayer {
  public:
+  /// The host is one resource.
+  struct resource_type {
+    bool operator==(const resource_type&) const = default;
+  };
+  static resource_type current_resource() { return {}; }
+
   HostLayer() = default;
   template <class Resource>
   explicit HostLayer(const Resource&) {}
@@ -94,6 +121,56 @@ class HostLayer {
     for (index_t t = 0; t < n; ++t) f(t);
   }
   void fence() const {}
+
+  // dense_layer, in plain loops (unblocked; trsv, gemv and dot in reference BLAS's order, potrf and trmv by dot products).
+
+  index_t potrf(index_t n, double* a, index_t ld) const {
+    for (index_t j = 0; j < n; ++j) {
+      double* aj = a + j * ld;
+      for (index_t i = 0; i < j; ++i) {
+        const double* ai = a + i * ld;
+        double t = aj[i];
+        for (index_t k = 0; k < i; ++k) t -= ai[k] * aj[k];
+        aj[i] = t / ai[i];
+      }
+      double pivot = aj[j];
+      for (index_t k = 0; k < j; ++k) pivot -= aj[k] * aj[k];
+      if (!(pivot > 0)) return j + 1;
+      aj[j] = std::sqrt(pivot);
+    }
+    return 0;
+  }
+  void trsv(bool transposed, index_t n, const double* u, index_t ld, double* x) const {
+    if (transposed) {
+      for (index_t i = 0; i < n; ++i) {
+        double t = x[i];
+        for (index_t k = 0; k < i; ++k) t -= u[k + i * ld] * x[k];
+        x[i] = t / u[i + i * ld];
+      }
+    } else {
+      for (index_t j = n - 1; j >= 0; --j) {
+        x[j] /= u[j + j * ld];
+        for (index_t i = 0; i < j; ++i) x[i] -= x[j] * u[i + j * ld];
+      }
+    }
+  }
+  void trmv(index_t n, const double* u, index_t ld, double* x) const {
+    for (index_t i = 0; i < n; ++i) {
+      double t = 0;
+      for (index_t k = i; k < n; ++k) t += u[i + k * ld] * x[k];
+      x[i] = t;
+    }
+  }
+  void gemv(index_t n, const double* a, index_t ld, const double* x, double* y) const {
+    std::fill(y, y + n, 0.0);
+    for (index_t j = 0; j < n; ++j)
+      for (index_t i = 0; i < n; ++i) y[i] += a[i + j * ld] * x[j];
+  }
+  double dot(index_t n, const double* x, const double* y) const {
+    double s = 0;
+    for (index_t i = 0; i < n; ++i) s += x[i] * y[i];
+    return s;
+  }
 };
 
 #if FITLIB_DEFINITIONS
@@ -112,7 +189,7 @@ FITLIB_PREBUILT_INLINE void HostLayer::gemm(bool trans_a, index_t m, index_t n, 
 }
 #endif
 
-static_assert(device_layer<HostLayer>);
+static_assert(dense_layer<HostLayer>);
 
 /// A test policy: the device-layer shard (GEMM, per-bin launch, GEMM) on the host, `shards` of
 /// them run one after the other. It exists so that every parity test runs the shard shape of the

@@ -6,11 +6,13 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fitlib/config.hpp"
@@ -194,7 +196,98 @@ inline double singular_leading_submatrix(ConstBlockView<double> U, index_t k, do
   return sum - b_kk;
 }
 
+/// Exact's dense side on the host (the `exact_factorization` below): H and its upper Cholesky factor U
+/// in host memory, the factorisations, solves and estimates above, in reference LAPACK/BLAS order, so
+/// that Exact reproduces SciPy's iterates. Offers single-precision factorisations
+/// (ExactOptions::single_precision_factor).
+class HostFactorization {
+ public:
+  static constexpr bool offers_single_precision = true;
+
+  /// Sizes the workspaces for n parameters (and n×n floats where `single`).
+  void reset(index_t n, bool single) {
+    n_ = n;
+    const auto nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n), n1 = static_cast<std::size_t>(n);
+    H_.assign(nn, 0.0);
+    U_.assign(nn, 0.0);  // its strictly lower triangle stays zero for good
+    for (auto* v : {&w_, &pvec_}) v->assign(n1, 0.0);
+    Uf_.assign(single ? nn : 0, 0.0f);
+  }
+
+  /// Keeps H (`[n × n]`, both triangles).
+  void set_matrix(ConstBlockView<double> H) {
+    for (index_t j = 0; j < n_; ++j) std::copy(H.col(j), H.col(j) + n_, H_.data() + j * n_);
+  }
+
+  /// Factors H + λI (upper_cholesky); LAPACK's info.
+  index_t factor(double lambda) { return upper_cholesky(matrix(), lambda, factor_view()); }
+  /// Factors H + λI in single precision (upper_cholesky_single); false where that fails.
+  bool factor_single(double lambda) { return upper_cholesky_single(matrix(), lambda, Uf_.data(), factor_view()); }
+
+  /// x ← (UᵀU)⁻¹x.
+  void solve(double* x) const {
+    solve_upper_transposed(factor(), x);
+    solve_upper(factor(), x);
+  }
+  /// x ← U⁻ᵀx.
+  void solve_transposed(double* x) const { solve_upper_transposed(factor(), x); }
+
+  /// U's smallest singular value s and a unit z with ‖Uz‖ = s (estimate_smallest_singular_value).
+  double smallest_singular_value(double* z) { return estimate_smallest_singular_value(factor(), z, w_.data(), pvec_.data()); }
+
+  /// After factor(λ) failed with info k: δ and v of singular_leading_submatrix (`b_kk` = H_kk + λ).
+  double leading_null_vector(index_t k, double b_kk, double* v) const { return singular_leading_submatrix(factor(), k, b_kk, v); }
+
+  /// hx = (H + shift·I)·x, each row summed in column order (reference `dgemv` on SciPy's row-major H).
+  void times(const double* x, double shift, double* hx) const {
+    std::fill(hx, hx + n_, 0.0);
+    for (index_t j = 0; j < n_; ++j) {
+      const double* hj = H_.data() + j * n_;
+      const double xj = x[j];
+      for (index_t i = 0; i < j; ++i) hx[i] += hj[i] * xj;
+      hx[j] += (hj[j] + shift) * xj;
+      for (index_t i = j + 1; i < n_; ++i) hx[i] += hj[i] * xj;
+    }
+  }
+
+ private:
+  ConstBlockView<double> matrix() const { return {H_.data(), n_, n_}; }
+  ConstBlockView<double> factor() const { return {U_.data(), n_, n_}; }
+  BlockView<double> factor_view() { return {U_.data(), n_, n_}; }
+
+  index_t n_ = 0;
+  std::vector<double> H_, U_;  // n×n, column-major
+  std::vector<double> w_, pvec_;
+  std::vector<float> Uf_;  // n×n with single precision, else empty
+};
+
 }  // namespace detail::exact
+
+/// What `BasicExact` needs from where H lives (host memory: detail::exact::HostFactorization; a device:
+/// device::LayerFactorization). Vectors are host arrays of length n; only they and scalars cross:
+/// - `reset(n, single)` sizes it; `set_matrix(H)` takes a new H (`[n × n]`, host, both triangles);
+/// - `factor(λ)`: the upper Cholesky factor U of H + λI (H + λI = UᵀU), LAPACK's info (0, or the 1-based
+///   column of the first non-positive pivot); `factor_single(λ)` likewise in single precision, false on
+///   failure, where `offers_single_precision`;
+/// - `solve(x)`: x ← (UᵀU)⁻¹x; `solve_transposed(x)`: x ← U⁻ᵀx (after a successful factor);
+/// - `smallest_singular_value(z)`: an estimate s ≥ σ_min(U) and a unit z with ‖Uz‖ = s;
+/// - `leading_null_vector(k, b_kk, v)`: after factor failed with info k, δ ≥ 0 and v (v_k = 1, zero past k)
+///   with vᵀ(H + λI + δ e_k e_kᵀ)v = 0 (§3.5); or, where it cannot compute them, δ = 0 and v = e_k (then λ itself is
+///   the bound, weaker and still valid);
+/// - `times(x, shift, hx)`: hx = (H + shift·I)x.
+template <class F>
+concept exact_factorization = requires(F& f, const F& cf, index_t n, ConstBlockView<double> H, double lambda, double* x, const double* cx) {
+  { F::offers_single_precision } -> std::convertible_to<bool>;
+  f.reset(n, true);
+  f.set_matrix(H);
+  { f.factor(lambda) } -> std::convertible_to<index_t>;
+  f.solve(x);
+  f.solve_transposed(x);
+  { f.smallest_singular_value(x) } -> std::convertible_to<double>;
+  { f.leading_null_vector(n, lambda, x) } -> std::convertible_to<double>;
+  f.times(cx, lambda, x);
+};
+static_assert(exact_factorization<detail::exact::HostFactorization>);
 
 /// SciPy's `trust-exact` subproblem (`IterativeSubproblem`, current semantics ≥ 1.18): nearly
 /// exact Moré–Sorensen iterations on λ with Cholesky factorisations of H + λI, as specified in
@@ -204,14 +297,22 @@ inline double singular_leading_submatrix(ConstBlockView<double> U, index_t k, do
 /// factorisation ever succeeded (SciPy: UnboundLocalError) falls back to the Cauchy step, or for
 /// g = 0 to the negative-curvature direction of the last failed pivot (§3.4).
 ///
-/// `solve` allocates nothing; `reset(n)` sizes every workspace (two n×n matrices and a few vectors, and n×n
-/// floats with ExactOptions::single_precision_factor).
-class Exact {
+/// The algorithm is written once over where H and its factor live (`exact_factorization`): `Exact` keeps them
+/// in host memory; cuda::Exact (fitlib/cuda/exact.cuh) on a GPU, where only n-vectors and scalars cross per
+/// λ iteration.
+///
+/// `solve` allocates nothing on the host; `reset(n)` sizes every workspace (two n×n matrices and a few
+/// vectors, and n×n floats with ExactOptions::single_precision_factor).
+template <exact_factorization Factorization>
+class BasicExact {
  public:
   /// Exact factorises the dense Hessian; it never calls the Hessian-vector product.
   static constexpr bool needs_hessian = true;
 
-  explicit Exact(ExactOptions options = {}) : options_(options) { options_.validate(); }
+  /// `factorization`: where H and its factors live (cuda::Exact: on which device).
+  explicit BasicExact(ExactOptions options = {}, Factorization factorization = {}) : options_(options), factorization_(std::move(factorization)) {
+    options_.validate();
+  }
 
   const ExactOptions& options() const { return options_; }
 
@@ -219,12 +320,10 @@ class Exact {
   void reset(index_t n) {
     if (n < 1) throw usage_error("Exact::reset: the number of parameters must be ≥ 1, got " + std::to_string(n));
     n_ = n;
-    const auto nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n), n1 = static_cast<std::size_t>(n);
-    H_.assign(nn, 0.0);
-    U_.assign(nn, 0.0);  // its strictly lower triangle stays zero for good
-    for (auto* v : {&g_, &p_, &w_, &z_, &pvec_, &v_, &work_, &hp_}) v->assign(n1, 0.0);
-    Uf_.assign(options_.single_precision_factor ? nn : 0, 0.0f);
-    refined_.assign(options_.single_precision_factor ? n1 : 0, 0.0);
+    const auto n1 = static_cast<std::size_t>(n);
+    factorization_.reset(n, single_precision_available());
+    for (auto* v : {&g_, &p_, &w_, &z_, &v_, &work_, &hp_, &diagonal_}) v->assign(n1, 0.0);
+    refined_.assign(single_precision_available() ? n1 : 0, 0.0);
     single_precision_ = single_factor_ = false;
     attempts_.clear();
     attempts_.reserve(static_cast<std::size_t>(2 * options_.maxiter));  // ≤ 2 factorisations per iteration
@@ -245,7 +344,7 @@ class Exact {
                         "×" + std::to_string(n_) + " Hessian, got length " + std::to_string(g.size()) + " and " +
                         std::to_string(H.rows) + "×" + std::to_string(H.cols));
     std::copy(g.begin(), g.end(), g_.begin());
-    for (index_t j = 0; j < n_; ++j) std::copy(H.col(j), H.col(j) + n_, H_.data() + j * n_);
+    factorization_.set_matrix(H);
 
     // Gershgorin bounds in SciPy's form (H_ii ± |H_ii| ∓ r_i with r_i the full absolute row sum,
     // to match its rounding), ‖H‖_∞ from the same row sums and ‖H‖_F: true matrix norms, ≥ ‖H‖₂ (§6.2).
@@ -253,7 +352,7 @@ class Exact {
     double fro2 = 0;
     for (index_t j = 0; j < n_; ++j)
       for (index_t i = 0; i < n_; ++i) {
-        const double h = H_[static_cast<std::size_t>(i + j * n_)];
+        const double h = H(i, j);
         work_[static_cast<std::size_t>(i)] += std::abs(h);
         fro2 += h * h;
       }
@@ -262,7 +361,8 @@ class Exact {
     hess_inf_ = 0;
     min_diag_ = std::numeric_limits<double>::infinity();
     for (index_t i = 0; i < n_; ++i) {
-      const double d = hess(i, i), r = work_[static_cast<std::size_t>(i)];
+      const double d = H(i, i), r = work_[static_cast<std::size_t>(i)];
+      diagonal_[static_cast<std::size_t>(i)] = d;
       gershgorin_lb_ = std::min(gershgorin_lb_, d + std::abs(d) - r);
       gershgorin_ub_ = std::max(gershgorin_ub_, d - std::abs(d) + r);
       hess_inf_ = std::max(hess_inf_, r);
@@ -360,7 +460,8 @@ class Exact {
   static constexpr double k_easy = 0.1;  // §3.6
   static constexpr double k_hard = 0.2;  // §3.6
 
-  double hess(index_t i, index_t j) const { return H_[static_cast<std::size_t>(i + j * n_)]; }
+  /// ExactOptions::single_precision_factor, where the factorization offers it.
+  bool single_precision_available() const { return Factorization::offers_single_precision && options_.single_precision_factor; }
 
   /// The Moré–Sorensen iteration's state within one solve (§3.3): λ, its bracket [lb, ub], the last
   /// factorisation's info, and what the cases have left (a step in p_, a known model value).
@@ -372,28 +473,26 @@ class Exact {
     double model = 0;
   };
 
-  /// The Cholesky factor of H + λI into U_, recorded in attempts_; LAPACK's info. For a semidefinite H
+  /// The Cholesky factor of H + λI, recorded in attempts_; LAPACK's info. For a semidefinite H
   /// under single_precision_factor first in single precision, kept only where the step it gives refines
   /// to double's residual (into refined_); else in double.
   index_t factorize(double lambda) {
-    const ConstBlockView<double> H(H_.data(), n_, n_);
-    const BlockView<double> U(U_.data(), n_, n_);
-    single_factor_ = single_precision_ && detail::exact::upper_cholesky_single(H, lambda, Uf_.data(), U) && refine(lambda);
-    const index_t info = single_factor_ ? 0 : detail::exact::upper_cholesky(H, lambda, U);
+    single_factor_ = false;
+    if constexpr (Factorization::offers_single_precision)
+      single_factor_ = single_precision_ && factorization_.factor_single(lambda) && refine(lambda);
+    const index_t info = single_factor_ ? 0 : static_cast<index_t>(factorization_.factor(lambda));
     attempts_.push_back({lambda, info, single_factor_});  // within the reserved capacity: no allocation
     return info;
   }
 
-  /// p = −(H + λI)⁻¹g into refined_ from U_'s single-precision factor, refined in double: r = −g − (H + λI)p,
+  /// p = −(H + λI)⁻¹g into refined_ from the single-precision factor, refined in double: r = −g − (H + λI)p,
   /// p += (UᵀU)⁻¹r, until ‖r‖_∞ ≤ n·eps·(‖H‖_∞ + λ)·‖p‖_∞ (true), or false where a refinement fails to halve
   /// ‖r‖_∞, r or p is not finite, or 10 refinements did not suffice.
   bool refine(double lambda) {
-    const ConstBlockView<double> Uv(U_.data(), n_, n_);
     double* p = refined_.data();
     double* r = work_.data();
     for (index_t i = 0; i < n_; ++i) p[i] = -g_[static_cast<std::size_t>(i)];
-    detail::exact::solve_upper_transposed(Uv, p);
-    detail::exact::solve_upper(Uv, p);
+    factorization_.solve(p);
     const double tolerance = static_cast<double>(n_) * std::numeric_limits<double>::epsilon() * (hess_inf_ + lambda);
     double last = std::numeric_limits<double>::infinity();
     for (int refinements = 0;; ++refinements) {
@@ -409,15 +508,14 @@ class Exact {
       if (r_max <= tolerance * p_max) return true;
       if (refinements == 10 || !(r_max <= 0.5 * last)) return false;  // stalled
       last = r_max;
-      detail::exact::solve_upper_transposed(Uv, r);
-      detail::exact::solve_upper(Uv, r);
+      factorization_.solve(r);
       for (index_t i = 0; i < n_; ++i) p[i] += r[i];
     }
   }
 
-  /// U_'s smallest singular value (its vector into z_), recorded in estimates_.
+  /// The factor's smallest singular value (its vector into z_), recorded in estimates_.
   double estimate() {
-    const double s = detail::exact::estimate_smallest_singular_value(ConstBlockView<double>(U_.data(), n_, n_), z_.data(), w_.data(), pvec_.data());
+    const double s = factorization_.smallest_singular_value(z_.data());
     estimates_.push_back(s);
     return s;
   }
@@ -435,15 +533,13 @@ class Exact {
 
   /// (A) H + λI is positive definite: p(λ) = −(H + λI)⁻¹g. True when the solve is done.
   bool positive_definite(Iteration& it, double radius) {
-    const ConstBlockView<double> Uv(U_.data(), n_, n_);
     const double* g = g_.data();
     double* pp = p_.data();
     if (single_factor_) {
       std::copy(refined_.begin(), refined_.end(), pp);
     } else {
       for (index_t i = 0; i < n_; ++i) pp[i] = -g[i];
-      detail::exact::solve_upper_transposed(Uv, pp);
-      detail::exact::solve_upper(Uv, pp);
+      factorization_.solve(pp);
     }
     it.have_step = true;
     const double p_norm = detail::norm_sequential(pp, n_);
@@ -452,7 +548,7 @@ class Exact {
       return true;
     }
     std::copy(pp, pp + n_, w_.begin());
-    detail::exact::solve_upper_transposed(Uv, w_.data());
+    factorization_.solve_transposed(w_.data());
     const double w_norm = detail::norm_sequential(w_.data(), n_);
     const double ratio = p_norm / w_norm;
     // Newton's step on 1/‖p(λ)‖ − 1/Δ (N&W 4.44).
@@ -533,8 +629,8 @@ class Exact {
   void not_positive_definite(Iteration& it) {
     const index_t info = it.info;
     const double lambda = it.lambda;
-    const double b_kk = hess(info - 1, info - 1) + lambda;
-    const double delta = detail::exact::singular_leading_submatrix(ConstBlockView<double>(U_.data(), n_, n_), info, b_kk, v_.data());
+    const double b_kk = diagonal_[static_cast<std::size_t>(info - 1)] + lambda;
+    const double delta = factorization_.leading_null_vector(info, b_kk, v_.data());
     const double v_norm = detail::norm_sequential(v_.data(), n_);
     it.have_failed_pivot = true;
     it.lb = std::max(it.lb, lambda + delta / (v_norm * v_norm));
@@ -544,18 +640,8 @@ class Exact {
   /// max(√|lb·ub|, lb + θ(ub − lb)), Python's max (the first unless the second is larger).
   static double safeguarded(double lb, double ub) { return std::max(std::sqrt(std::abs(lb * ub)), lb + theta * (ub - lb)); }
 
-  /// H·x into hp_, each row summed in column order (reference `dgemv` on SciPy's row-major H).
-  void hess_times(const double* x, double shift) {
-    std::fill(hp_.begin(), hp_.end(), 0.0);
-    double* hp = hp_.data();
-    for (index_t j = 0; j < n_; ++j) {
-      const double* hj = H_.data() + j * n_;
-      const double xj = x[j];
-      for (index_t i = 0; i < j; ++i) hp[i] += hj[i] * xj;
-      hp[j] += (hj[j] + shift) * xj;
-      for (index_t i = j + 1; i < n_; ++i) hp[i] += hj[i] * xj;
-    }
-  }
+  /// (H + shift·I)·x into hp_.
+  void hess_times(const double* x, double shift) { factorization_.times(x, shift, hp_.data()); }
 
   /// xᵀ(H + shift·I)x, the shifted matrix formed entry by entry as SciPy forms H + λI.
   double quadratic_form_shifted(const double* x, double shift) {
@@ -598,12 +684,11 @@ class Exact {
 
   ExactOptions options_;
   index_t n_ = 0;
-  std::vector<double> H_, U_;                            // n×n, column-major
-  std::vector<double> g_, p_, w_, z_, pvec_, v_, work_, hp_;  // length n
-  std::vector<float> Uf_;                                    // n×n with single_precision_factor, else empty
+  Factorization factorization_;                              // H and its factor
+  std::vector<double> g_, p_, w_, z_, v_, work_, hp_, diagonal_;  // length n
   std::vector<double> refined_;                              // the refined step of a single factor (length n)
   bool single_precision_ = false;                            // this iterate factorises in single precision first
-  bool single_factor_ = false;                               // U_ holds a single-precision factor, refined_ its step
+  bool single_factor_ = false;                               // the factor is single precision's, refined_ its step
   std::vector<CholeskyAttempt> attempts_;
   std::vector<double> estimates_;
   index_t niter_ = 0;
@@ -614,5 +699,8 @@ class Exact {
   // Between solves on one iterate (§3.3): the last radius and the λ lower bound proved there.
   double previous_radius_ = -1, lambda_lb_ = 0;
 };
+
+/// SciPy's trust-exact subproblem on the host.
+using Exact = BasicExact<detail::exact::HostFactorization>;
 
 }  // namespace fitlib

@@ -5,6 +5,7 @@
 #include <array>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "fitlib/core/error.hpp"
 #include "fitlib/model/cost_model.hpp"
@@ -39,12 +40,24 @@ inline std::string resolve_minimizer(std::string_view method, const Model& m) {
   return resolved;
 }
 
+/// The dense subproblem (trust-exact's) for objectives evaluated under `policy`: the policy's `exact_subproblem` where it
+/// offers one (cuda::Devices: cuda::Exact on its first device), else the host's Exact. mpi::Ranks offers none: its
+/// ranks must take bitwise the same steps, which the host's arithmetic gives on every node whatever its devices.
+template <class Policy>
+auto exact_subproblem_for(const Policy& policy, ExactOptions options) {
+  if constexpr (requires { policy.exact_subproblem(options); })
+    return policy.exact_subproblem(options);
+  else
+    return Exact(options);
+}
+
 /// f(trust region) with the trust region `method` names, on `options` with their curvature and end game
 /// set by the name (the Gauss–Newton model for trust-gauss-newton[-krylov], else ∇²f). The Gauss–Newton
 /// methods factorise the Gauss–Newton matrix in single precision with steps refined to double's
-/// (ExactOptions::single_precision_factor; ∇²f in double); trust-exact stays SciPy's.
-template <class F>
-decltype(auto) with_minimizer(std::string_view method, TrustRegionOptions options, F&& f) {
+/// (ExactOptions::single_precision_factor; ∇²f in double; on a device in double); trust-exact stays SciPy's.
+/// `make_exact(ExactOptions)` makes the dense subproblem (exact_subproblem_for a policy); without it, Exact.
+template <class MakeExact, class F>
+decltype(auto) with_minimizer(std::string_view method, TrustRegionOptions options, MakeExact&& make_exact, F&& f) {
   require_minimizer_method(method);
   const bool gauss_newton = method.starts_with("trust-gauss-newton");
   options.curvature = gauss_newton ? Curvature::gauss_newton : Curvature::exact;
@@ -52,7 +65,12 @@ decltype(auto) with_minimizer(std::string_view method, TrustRegionOptions option
   if (method == "trust-krylov") return f(TrustRegion<Gltr>(options));
   if (method == "trust-ncg") return f(TrustRegion<SteihaugCG>(options));
   // trust-exact, trust-gauss-newton[-krylov]
-  return f(TrustRegion<Exact>(options, Exact(ExactOptions{.single_precision_factor = gauss_newton})));
+  auto exact = make_exact(ExactOptions{.single_precision_factor = gauss_newton});
+  return f(TrustRegion<decltype(exact)>(options, std::move(exact)));
+}
+template <class F>
+decltype(auto) with_minimizer(std::string_view method, TrustRegionOptions options, F&& f) {
+  return with_minimizer(method, options, [](ExactOptions o) { return Exact(o); }, std::forward<F>(f));
 }
 
 }  // namespace fitlib
