@@ -230,6 +230,7 @@ void check_device_arguments(Args& a) {
   if (a.n_devices < 0) throw usage_error("--nDevices must be ≥ 1, got " + std::to_string(a.n_devices));
   if (a.threads != 0)
     throw usage_error("--threads splits the bins over CPU threads; with --device cuda the shards are the devices (--devices, --nDevices)");
+  if (a.method != "auto") require_minimizer_method(a.method, false);  // --device cuda computes no Gauss–Newton matrix
   a.threads = a.devices.empty() ? std::max(a.n_devices, 1) : static_cast<int>(a.devices.size());
 #endif
 }

@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     if (!a.quiet && a.rank == 0) std::fprintf(stderr, "fitlib-fit: channels: %s\n", describe_channels(in.model.channels).c_str());
 
     if (a.method == "auto") {
-      a.method = resolve_minimizer(a.method, in.model);
+      a.method = resolve_minimizer(a.method, in.model, a.device != "cuda");
       if (!a.quiet && a.rank == 0)
         std::fprintf(stderr, "fitlib-fit: minimizer %s (--minimizerMethod auto: a dense Hessian costs ~%.0f passes over the templates)\n",
                      a.method.c_str(), cost_model(in.model).hessian_passes());

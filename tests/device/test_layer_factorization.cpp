@@ -163,29 +163,83 @@ TEST_CASE("LayerFactorization: where the leading block fails too, the bound fall
   CHECK(b.model <= 0.75 * a.model);
 }
 
-TEST_CASE("LayerFactorization: copies keep the device, not the layer; a moved-from one must be reset", "[exact][device_layer]") {
-  const index_t n = 3;
-  const double H[9] = {2, 0, 0, 0, 3, 0, 0, 0, 4};
-  device::LayerFactorization<device::HostLayer> a;
-  a.reset(n, false);
-  a.set_matrix(ConstBlockView<double>(H, n, n));
-  REQUIRE(a.factor(0.0) == 0);
+namespace {
+/// HostLayer on one of several "devices": its resource names one, and the layer records which it was made on.
+struct NumberedLayer : device::HostLayer {
+  struct resource_type {
+    int id = 0;
+    bool operator==(const resource_type&) const = default;
+  };
+  static inline int current = 7;
+  static resource_type current_resource() { return {current}; }
+  explicit NumberedLayer(resource_type r) : id(r.id) { ++made; }
+  int id;
+  static inline int made = 0;
+};
+using Numbered = device::LayerFactorization<NumberedLayer>;
+
+/// A factorization of diag(2, 3, 4), factorised.
+void hold_diagonal(Numbered& f) {
+  static const double H[9] = {2, 0, 0, 0, 3, 0, 0, 0, 4};
+  f.reset(3, false);
+  f.set_matrix(ConstBlockView<double>(H, 3, 3));
+  REQUIRE(f.factor(0.0) == 0);
+}
+
+/// f solves with diag(2, 3, 4): (2, 3, 4) ↦ (1, 1, 1).
+void check_solves(Numbered& f) {
   std::vector<double> x = {2, 3, 4};
-  device::LayerFactorization<device::HostLayer> copy(a);
-  CHECK(copy.resource() == a.resource());
-  CHECK_THROWS_AS(copy.solve(x.data()), usage_error);  // unsized until reset
-  device::LayerFactorization<device::HostLayer> assigned;
-  assigned.reset(n, false);
-  assigned.set_matrix(ConstBlockView<double>(H, n, n));
-  assigned = a;
-  CHECK_THROWS_AS(assigned.times(x.data(), 0.0, x.data()), usage_error);  // forgets H as well
-  device::LayerFactorization<device::HostLayer> moved(std::move(a));
-  moved.solve(x.data());
+  f.solve(x.data());
   for (double v : x) CHECK(v == Approx(1).epsilon(1e-15));
+}
+}  // namespace
+
+TEST_CASE("LayerFactorization: copies keep the device, not the layer; a moved-from one must be reset", "[exact][device_layer]") {
+  NumberedLayer::current = 7;
+  Numbered a;  // on the current device at construction, whatever is current later
+  NumberedLayer::current = 8;
+  CHECK(a.resource().id == 7);
+  hold_diagonal(a);
+  std::vector<double> x = {2, 3, 4};
+
+  Numbered copy(a);
+  CHECK(copy.resource().id == 7);
+  CHECK_THROWS_AS(copy.solve(x.data()), usage_error);  // unsized until reset, which makes its own layer there
+  const int made = NumberedLayer::made;
+  hold_diagonal(copy);
+  CHECK(NumberedLayer::made == made + 1);
+  check_solves(copy);
+
+  // Assigned from one on the same device: it keeps its layer (no new one) and forgets its size and H.
+  Numbered same(NumberedLayer::resource_type{7});
+  hold_diagonal(same);
+  const int before = NumberedLayer::made;
+  same = a;
+  CHECK_THROWS_AS(same.factor(0.0), usage_error);
+  hold_diagonal(same);
+  CHECK(NumberedLayer::made == before);
+  // From one on another device: it moves there (a new layer at reset).
+  Numbered other(NumberedLayer::resource_type{3});
+  hold_diagonal(other);
+  const int on_three = NumberedLayer::made;
+  other = a;
+  CHECK(other.resource().id == 7);
+  hold_diagonal(other);
+  CHECK(NumberedLayer::made == on_three + 1);
+  check_solves(other);
+
+  // Moved, constructed and assigned over a sized one: the target works, the source must be reset.
+  Numbered moved(std::move(a));
+  check_solves(moved);
   CHECK_THROWS_AS(a.factor(0.0), usage_error);  // NOLINT(bugprone-use-after-move): the moved-from state is specified
-  a.reset(n, false);
-  a.set_matrix(ConstBlockView<double>(H, n, n));
-  CHECK(a.factor(0.0) == 0);
+  Numbered target(NumberedLayer::resource_type{3});
+  hold_diagonal(target);
+  target = std::move(moved);
+  CHECK(target.resource().id == 7);
+  check_solves(target);
+  CHECK_THROWS_AS(moved.solve(x.data()), usage_error);  // NOLINT(bugprone-use-after-move)
+  hold_diagonal(a);
+  check_solves(a);
 }
 
 TEST_CASE("LayerFactorization: the smallest singular value by inverse iteration", "[exact][device_layer]") {

@@ -667,6 +667,11 @@ TEST_CASE("the automatic minimizer: dense Hessians where one costs few passes, t
   CHECK(resolve_minimizer("auto", costly) == "trust-gauss-newton-krylov");
   CHECK(resolve_minimizer("trust-krylov", costly) == "trust-krylov");
   CHECK_THROWS_WITH(resolve_minimizer("trust-newton", cheap), Catch::Contains("trust-gauss-newton-krylov"));
+  // Without a Gauss–Newton matrix (a CUDA likelihood): the same rule on ∇²f, and the Gauss–Newton methods refused.
+  CHECK(resolve_minimizer("auto", cheap, false) == "trust-exact");
+  CHECK(resolve_minimizer("auto", costly, false) == "trust-krylov");
+  CHECK(resolve_minimizer("trust-ncg", costly, false) == "trust-ncg");
+  CHECK_THROWS_WITH(resolve_minimizer("trust-gauss-newton-krylov", cheap, false), Catch::Contains("use trust-exact"));
   // Each name runs its own trust region: the Krylov end game's name on the Gauss–Newton model.
   const bool krylov_end = with_minimizer("trust-gauss-newton-krylov", {}, [](const auto& tr) {
     return tr.options().curvature == Curvature::gauss_newton && tr.options().end_game == EndGame::krylov;

@@ -142,7 +142,7 @@ class LayerFactorization {
   /// H goes down (`[n × n]`, both triangles).
   void set_matrix(ConstBlockView<double> H) {
     Layer& l = sized("set_matrix");
-    factored_ = false;
+    have_matrix_ = factored_ = false;  // until the upload has succeeded
     failed_at_ = 0;
     if (H.ld == n_) {
       l.upload(std::span<const double>(H.data, static_cast<std::size_t>(n_ * n_)), h_);
@@ -158,6 +158,8 @@ class LayerFactorization {
   /// U of H + λI (on the device); LAPACK's info.
   index_t factor(double lambda) {
     Layer& l = with_matrix("factor");
+    factored_ = false;  // until potrf has answered
+    failed_at_ = 0;
     lambda_ = lambda;
     l.launch(n_ * n_, detail::factorization::ShiftedUpper{l.data(h_), l.data(u_), n_, n_, lambda});
     const index_t info = l.potrf(n_, l.data(u_), n_);
@@ -246,6 +248,7 @@ class LayerFactorization {
 
   void take(LayerFactorization& o) {
     resource_ = o.resource_;
+    layer_.reset();  // destroyed whole first: a layer's move-assignment would free its stream before its handles
     layer_ = std::exchange(o.layer_, std::nullopt);
     h_ = std::move(o.h_), u_ = std::move(o.u_), x_ = std::move(o.x_), y_ = std::move(o.y_), z_ = std::move(o.z_), start_ = std::move(o.start_);
     n_ = o.n_, lambda_ = o.lambda_, failed_at_ = o.failed_at_, have_matrix_ = o.have_matrix_, factored_ = o.factored_;

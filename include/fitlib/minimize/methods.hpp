@@ -33,10 +33,20 @@ inline void require_minimizer_method(std::string_view method) {
                     "trust-gauss-newton or trust-gauss-newton-krylov");
 }
 
-/// `method`, or for "auto" the one default_minimizer picks for the model; checked.
-inline std::string resolve_minimizer(std::string_view method, const Model& m) {
-  std::string resolved(method == "auto" ? default_minimizer(m) : method);
-  require_minimizer_method(resolved);
+/// A usage_error unless `method` is one of minimizer_methods and, for a likelihood without a Gauss–Newton matrix
+/// (`gauss_newton` false: objective_with_gauss_newton holds for the host shards, not a CUDA likelihood's), not a
+/// Gauss–Newton one.
+inline void require_minimizer_method(std::string_view method, bool gauss_newton) {
+  require_minimizer_method(method);
+  if (!gauss_newton && method.starts_with("trust-gauss-newton"))
+    throw usage_error("minimizer method " + std::string(method) + " steps on the Gauss–Newton matrix, which this likelihood does not compute (a CUDA "
+                      "likelihood's shards have no Gauss–Newton pass); use trust-exact (on a GPU its algebra runs there) or trust-krylov");
+}
+
+/// `method`, or for "auto" the one default_minimizer picks for the model (and `gauss_newton`); checked.
+inline std::string resolve_minimizer(std::string_view method, const Model& m, bool gauss_newton = true) {
+  std::string resolved(method == "auto" ? default_minimizer(m, gauss_newton) : method);
+  require_minimizer_method(resolved, gauss_newton);
   return resolved;
 }
 

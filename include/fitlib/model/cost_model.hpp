@@ -44,8 +44,12 @@ inline CostModel cost_model(const Model& m) {
 /// faster than trust-krylov alone on every tensor measured. The threshold lies between the two measured
 /// points that bracket it (docs/benchmarks.md, "The Krylov end game": 9 passes, synth_b10000_s100 of
 /// benchmarks/compare_rabbit.py, is faster with dense Hessians, 16, realistic_400, with HVPs); not derived.
-inline std::string_view default_minimizer(const Model& m) {
-  return cost_model(m).hessian_passes() <= 12 ? "trust-gauss-newton" : "trust-gauss-newton-krylov";
+/// Without a Gauss–Newton matrix (`gauss_newton` false: a CUDA likelihood's shards compute none) the same rule
+/// picks between the two on ∇²f alone: trust-exact or trust-krylov.
+inline std::string_view default_minimizer(const Model& m, bool gauss_newton = true) {
+  const bool dense = cost_model(m).hessian_passes() <= 12;
+  if (!gauss_newton) return dense ? "trust-exact" : "trust-krylov";
+  return dense ? "trust-gauss-newton" : "trust-gauss-newton-krylov";
 }
 
 }  // namespace fitlib
