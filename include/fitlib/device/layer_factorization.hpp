@@ -124,8 +124,10 @@ class LayerFactorization {
     l.resize(u_, n * n);
     l.resize(x_, n);
     l.resize(y_, n);
-    // The inverse iteration's first start: the fractional parts of i·φ (golden ratio), centred, normalised; no symmetry
-    // of H makes it orthogonal to an eigenvector. Later estimates at the same H start from the last vector.
+    // The inverse iteration's start at each H: the fractional parts of i·φ (golden ratio), centred, normalised; unlike a
+    // constant or alternating vector, it is not orthogonal to the eigenvectors that a symmetric structure of H makes
+    // (e.g. the antisymmetric ones of a matrix symmetric under reversal). Later estimates at the same H start from the
+    // last vector.
     std::vector<double> start(static_cast<std::size_t>(n));
     double sum = 0;
     for (index_t i = 0; i < n; ++i) {
