@@ -161,7 +161,7 @@ class DisObjective : public ColumnObjective<DisObjective> {
     return y;
   }
 
-  /// f at weights w with replica inputs k, with g, its gradient into g; with v, the Gauss–Newton product into hv
+  /// f at weights w with replica inputs k; with g, its gradient into g; with v, the Gauss–Newton product into hv
   /// (and then no value: 0).
   double column(std::span<const double> w, index_t k, std::span<double> g, std::span<const double> v, std::span<double> hv) {
     const DisReplicaInputs& in = inputs(k);

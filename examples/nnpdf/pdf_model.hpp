@@ -170,6 +170,8 @@ class PdfReplica {
 
   /// Whether the state is an evaluation at the bits of w, pre and pts.
   bool holds(std::span<const double> w, const Preprocessing& pre, const Points& pts) const { return preprocessed(pre, pts) && same_bits(w_, w); }
+  /// Points the state at pts, whose bits it holds (holds()): the points it was made on may be gone.
+  void rebind(const Points& pts) { pts_ = &pts; }
 
   /// x·f_k at point p.
   double xf(std::size_t p, int k) const { return norms_[static_cast<std::size_t>(k)] * pre_[p][static_cast<std::size_t>(k)] * out_[p][static_cast<std::size_t>(k)]; }
@@ -341,7 +343,7 @@ class PdfStates {
     for (Entry& e : entries_)
       if (e.pdf.holds(w, pre, pts)) {
         e.used = clock_;
-        e.pdf.evaluate(w, pre, pts);  // keeps the state, and points it at pts (the one it was made on may be gone)
+        e.pdf.rebind(pts);
         return e.pdf;
       }
     if (entries_.size() < capacity_) entries_.emplace_back();

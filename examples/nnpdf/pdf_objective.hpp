@@ -106,7 +106,7 @@ class PdfObjective : public ColumnObjective<PdfObjective> {
     return q;
   }
 
-  /// f at weights w with replica inputs k, with g, its gradient into g; with v, the
+  /// f at weights w with replica inputs k; with g, its gradient into g; with v, the
   /// Gauss–Newton product into hv.
   double column(std::span<const double> w, index_t k, std::span<double> g, std::span<const double> v, std::span<double> hv) {
     const ReplicaData& in = replica(k);

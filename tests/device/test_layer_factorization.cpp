@@ -45,6 +45,14 @@ double max_abs(const std::vector<double>& a) {
   return m;
 }
 
+/// A subproblem solver sized for H and at the iterate (g, H).
+template <class Solver>
+void start_at(Solver& s, const Eigen::VectorXd& g, const Eigen::MatrixXd& H) {
+  const auto n = static_cast<index_t>(g.size());
+  s.reset(n);
+  s.new_iterate(std::span<const double>(g.data(), static_cast<std::size_t>(n)), ConstBlockView<double>(H.data(), n, n));
+}
+
 /// The host's factorization and the layer's over HostLayer, both holding H.
 struct Both {
   detail::exact::HostFactorization host;
@@ -149,11 +157,8 @@ TEST_CASE("LayerFactorization: where the leading block fails too, the bound fall
   for (index_t i = 0; i < n; ++i) g[i] = normal(rng);
   BasicExact<device::LayerFactorization<BlockShyLayer>> shy;
   LayerExact layer;
-  shy.reset(n);
-  layer.reset(n);
-  const std::span<const double> gs(g.data(), static_cast<std::size_t>(n));
-  shy.new_iterate(gs, ConstBlockView<double>(H.data(), n, n));
-  layer.new_iterate(gs, ConstBlockView<double>(H.data(), n, n));
+  start_at(shy, g, H);
+  start_at(layer, g, H);
   std::vector<double> p1(static_cast<std::size_t>(n)), p2(p1.size());
   const auto no_hvp = [](const double*, double*) {};
   const SubproblemStep a = shy.solve(1.0, no_hvp, p1), b = layer.solve(1.0, no_hvp, p2);
@@ -285,11 +290,8 @@ TEST_CASE("BasicExact over a device layer: the subproblem's steps, easy and hard
     }
     Exact host;
     LayerExact layer;
-    host.reset(n);
-    layer.reset(n);
-    const std::span<const double> gs(g.data(), static_cast<std::size_t>(n));
-    host.new_iterate(gs, ConstBlockView<double>(H.data(), n, n));
-    layer.new_iterate(gs, ConstBlockView<double>(H.data(), n, n));
+    start_at(host, g, H);
+    start_at(layer, g, H);
     for (const double radius : {100.0, 2.0, 0.5, 0.05}) {
       INFO("kind " << kind << ", radius " << radius);
       std::vector<double> ph(static_cast<std::size_t>(n)), pl(static_cast<std::size_t>(n));
